@@ -1,0 +1,1 @@
+"""Code shared by the producer, the workers and the dead-letter consumer."""

@@ -1,0 +1,129 @@
+"""The only module that imports pika. Connections, topology, confirmed publishing.
+
+pika errors are translated here: a broker that cannot be reached becomes ServiceUnavailable,
+a queue declared earlier with other arguments becomes ConfigError. pika is not thread-safe: a
+connection and its channels are used only from the thread that opened them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+
+from shared.errors import ConfigError, ServiceUnavailable
+from shared.settings import Settings, redact
+from shared.topology import Topology
+
+log = logging.getLogger(__name__)
+
+START_HINT = "start it with: rabbitmq-server -detached"
+
+# Everything pika raises when the connection or channel is gone.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    pika.exceptions.AMQPConnectionError,
+    pika.exceptions.ConnectionWrongStateError,
+    pika.exceptions.ChannelWrongStateError,
+    pika.exceptions.ChannelClosed,
+    ConnectionError,
+    OSError,
+)
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One message to publish, persistent, waiting for the broker's confirm."""
+
+    exchange: str
+    routing_key: str
+    body: bytes
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    priority: int | None = None
+
+    def properties(self) -> pika.BasicProperties:
+        return pika.BasicProperties(
+            delivery_mode=pika.DeliveryMode.Persistent,
+            content_type="application/json",
+            headers=dict(self.headers),
+            priority=self.priority,
+        )
+
+
+def connect(settings: Settings, name: str) -> pika.BlockingConnection:
+    params = pika.URLParameters(settings.amqp_url)
+    params.heartbeat = settings.heartbeat_s
+    params.blocked_connection_timeout = 60
+    params.client_properties = {"connection_name": name}
+    try:
+        return pika.BlockingConnection(params)
+    except pika.exceptions.ProbableAuthenticationError:
+        raise ServiceUnavailable(
+            "RabbitMQ", redact(settings.amqp_url), "login refused", "check the user and password in AMQP_URL"
+        ) from None
+    except CONNECTION_ERRORS as exc:
+        raise unavailable(settings, exc) from None
+
+
+def unavailable(settings: Settings, exc: BaseException) -> ServiceUnavailable:
+    detail = str(exc) or exc.__class__.__name__
+    if isinstance(exc, pika.exceptions.AMQPConnectionError) and exc.args:
+        detail = str(exc.args[0]) or exc.__class__.__name__
+    return ServiceUnavailable("RabbitMQ", redact(settings.amqp_url), detail, START_HINT)
+
+
+def declare_topology(connection: pika.BlockingConnection, topology: Topology) -> None:
+    """Declare every exchange, queue and binding; idempotent. Uses a throwaway channel because a
+    failed declaration closes the channel it was made on."""
+    channel = connection.channel()
+    try:
+        for exchange in topology.exchanges:
+            channel.exchange_declare(exchange.name, exchange.kind, durable=True)
+        for queue in topology.queues:
+            channel.queue_declare(queue.name, durable=True, arguments=queue.arguments)
+            for exchange_name, routing_key in queue.bindings:
+                channel.queue_bind(queue.name, exchange_name, routing_key)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code == 406:  # PRECONDITION_FAILED: exists with other arguments
+            raise ConfigError(
+                f"RabbitMQ: {exc.reply_text}. A queue or exchange already exists with other "
+                "settings: delete it (management UI or rabbitmqctl delete_queue) or set another "
+                "CRAWL_NAMESPACE"
+            ) from None
+        raise
+    if channel.is_open:
+        channel.close()
+
+
+def confirm_channel(connection: pika.BlockingConnection) -> BlockingChannel:
+    channel = connection.channel()
+    channel.confirm_delivery()
+    return channel
+
+
+def publish(channel: BlockingChannel, publication: Publication) -> None:
+    """Publish and wait for the confirm. Raises PublishFailed if the broker refuses or cannot route."""
+    try:
+        channel.basic_publish(
+            publication.exchange,
+            publication.routing_key,
+            publication.body,
+            publication.properties(),
+            mandatory=True,
+        )
+    except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
+        raise PublishFailed(f"{publication.exchange}/{publication.routing_key}: {exc}") from None
+
+
+class PublishFailed(Exception):
+    """The broker nacked or could not route a message. The caller keeps its original."""
+
+
+def queue_depth(channel: BlockingChannel, queue: str) -> tuple[int, int]:
+    """(ready messages, consumers) of a queue, without the management plugin."""
+    ok = channel.queue_declare(queue, passive=True)
+    return ok.method.message_count, ok.method.consumer_count

@@ -1,0 +1,60 @@
+"""One exception root for the whole pipeline.
+
+    PipelineError
+    ├── ConfigError            a user mistake in settings or a config file: one line, exit 2
+    ├── ServiceUnavailable     RabbitMQ, Redis or PostgreSQL cannot be reached: pause, never blame the URL
+    └── TaskError              something went wrong with one URL
+        ├── TransientError     worth retrying later (timeouts, connection resets, 429, 5xx)
+        └── PermanentError     retrying cannot help (bad URL, 404, unsupported content, bad message)
+            └── DecodeError    a message body that is not a valid task
+
+Library errors (requests, pika, psycopg, redis) are translated into these where they enter,
+so the rest of the code never catches a third-party exception.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Root of every error this project raises on purpose."""
+
+
+class ConfigError(PipelineError):
+    """Bad setting or config file; the message names what and where."""
+
+
+class ServiceUnavailable(PipelineError):
+    """A backing service is down. Work waits for it; no URL is charged a failure."""
+
+    def __init__(self, service: str, address: str, detail: str, hint: str = "") -> None:
+        self.service = service
+        self.address = address
+        self.detail = detail
+        self.hint = hint
+        text = f"cannot reach {service} at {address}: {detail}"
+        super().__init__(f"{text} ({hint})" if hint else text)
+
+
+class TaskError(PipelineError):
+    """A failure attributable to one URL. `reason` is a short stable code stored with it."""
+
+    def __init__(self, reason: str, detail: str = "", http_status: int | None = None) -> None:
+        self.reason = reason
+        self.detail = detail
+        self.http_status = http_status
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class TransientError(TaskError):
+    """Retry with a growing delay; dead-letter after the last attempt."""
+
+
+class PermanentError(TaskError):
+    """Dead-letter at once."""
+
+
+class DecodeError(PermanentError):
+    """A message body that does not decode into a task."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("undecodable", detail)

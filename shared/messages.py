@@ -1,0 +1,141 @@
+"""Messages on the wire: frozen dataclasses with encode()/decode().
+
+A task body never changes once published. What changes as a URL moves through retries and
+dead-lettering travels in headers of our own (no ``x-`` prefix: since RabbitMQ 3.13 the broker
+owns those). A body that does not decode raises DecodeError, which dead-letters the message
+instead of crash-looping it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shared.errors import DecodeError
+
+QUEUE_KINDS = ("priority", "ttl", "bulk")
+
+# Our own headers.
+ATTEMPT_HEADER = "crawl-attempt"  # failed attempts so far; crashes and deferrals do not count
+REPLAY_HEADER = "crawl-replays"  # times an operator replayed this URL from the dead-letter store
+FIRST_FAILURE_HEADER = "crawl-first-failure-at"  # epoch seconds of the first failed attempt
+REASON_HEADER = "crawl-reason"
+ERROR_HEADER = "crawl-error"
+STATUS_HEADER = "crawl-http-status"
+ORIGIN_HEADER = "crawl-origin-queue"
+WORKER_HEADER = "crawl-worker"
+
+
+@dataclass(frozen=True)
+class CrawlTask:
+    """One URL to fetch, as the producer published it."""
+
+    url: str
+    run_id: str
+    queue: str  # the work queue kind it belongs to: priority | ttl | bulk
+    priority: int = 0  # message priority (meaningful on the priority queue)
+    lastmod: str | None = None
+    changefreq: str | None = None
+    sitemap_priority: float | None = None
+    source: str = ""  # the sitemap or file it came from
+    enqueued_at: float = field(default_factory=time.time)
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, body: bytes) -> CrawlTask:
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DecodeError(f"body is not JSON ({exc.__class__.__name__})") from None
+        if not isinstance(data, dict):
+            raise DecodeError("body is not a JSON object")
+        for key, kind in (("url", str), ("run_id", str), ("queue", str)):
+            if not isinstance(data.get(key), kind) or not data[key]:
+                raise DecodeError(f"field {key!r} missing or not a non-empty string")
+        if data["queue"] not in QUEUE_KINDS:
+            raise DecodeError(f"unknown queue {data['queue']!r}")
+        known = cls.__dataclass_fields__.keys()
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError as exc:
+            raise DecodeError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a URL has got: read from and written to our own headers."""
+
+    attempt: int = 0
+    replays: int = 0
+    first_failure_at: float | None = None
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, Any] | None) -> Progress:
+        headers = headers or {}
+        first = headers.get(FIRST_FAILURE_HEADER)
+        return cls(
+            attempt=_as_int(headers.get(ATTEMPT_HEADER)),
+            replays=_as_int(headers.get(REPLAY_HEADER)),
+            first_failure_at=float(first) if isinstance(first, int | float) else None,
+        )
+
+    def to_headers(self) -> dict[str, Any]:
+        headers: dict[str, Any] = {ATTEMPT_HEADER: self.attempt, REPLAY_HEADER: self.replays}
+        if self.first_failure_at is not None:
+            headers[FIRST_FAILURE_HEADER] = self.first_failure_at
+        return headers
+
+    def failed_once_more(self, now: float) -> Progress:
+        return Progress(self.attempt + 1, self.replays, self.first_failure_at or now)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a URL was dead-lettered, carried in headers beside the unchanged task body."""
+
+    reason: str
+    error: str = ""
+    http_status: int | None = None
+    origin_queue: str = ""
+    worker_id: str = ""
+
+    def to_headers(self) -> dict[str, Any]:
+        headers: dict[str, Any] = {
+            REASON_HEADER: self.reason,
+            ERROR_HEADER: self.error[:2000],
+            ORIGIN_HEADER: self.origin_queue,
+            WORKER_HEADER: self.worker_id,
+        }
+        if self.http_status is not None:
+            headers[STATUS_HEADER] = self.http_status
+        return headers
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, Any] | None) -> Failure | None:
+        headers = headers or {}
+        reason = _as_str(headers.get(REASON_HEADER))
+        if not reason:
+            return None
+        status = headers.get(STATUS_HEADER)
+        return cls(
+            reason=reason,
+            error=_as_str(headers.get(ERROR_HEADER)),
+            http_status=status if isinstance(status, int) else None,
+            origin_queue=_as_str(headers.get(ORIGIN_HEADER)),
+            worker_id=_as_str(headers.get(WORKER_HEADER)),
+        )
+
+
+def _as_int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _as_str(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else ""

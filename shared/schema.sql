@@ -1,0 +1,56 @@
+-- Applied at every service start; every statement is idempotent.
+-- Each table is keyed so that a redelivered message rewrites its row instead of adding one.
+
+CREATE TABLE IF NOT EXISTS pages (
+    run_id           text        NOT NULL,
+    url              text        NOT NULL,  -- canonical URL as published
+    final_url        text        NOT NULL,  -- after redirects
+    http_status      integer     NOT NULL,
+    content_type     text        NOT NULL DEFAULT '',
+    title            text,
+    meta_description text,
+    canonical_url    text,
+    lang             text,
+    h1               text,
+    body_text        text        NOT NULL DEFAULT '',
+    links            jsonb       NOT NULL DEFAULT '[]',
+    queue            text        NOT NULL,
+    failed_attempts  integer     NOT NULL DEFAULT 0,  -- failures before this success
+    from_cache       boolean     NOT NULL DEFAULT false,
+    fetch_ms         integer,
+    worker_id        text        NOT NULL,
+    fetched_at       timestamptz NOT NULL DEFAULT now(),
+    writes           integer     NOT NULL DEFAULT 1,  -- >1 means a redelivery rewrote the row
+    PRIMARY KEY (run_id, url)
+);
+
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id              bigserial   PRIMARY KEY,
+    run_id          text        NOT NULL,
+    url             text        NOT NULL,  -- 'undecodable:<sha256 of body>' when there is no URL
+    reason          text        NOT NULL,  -- http_500, http_404, timeout, expired, undecodable, ...
+    last_error      text        NOT NULL DEFAULT '',
+    http_status     integer,
+    attempts        integer     NOT NULL DEFAULT 0,
+    replays         integer     NOT NULL DEFAULT 0,
+    origin_queue    text        NOT NULL DEFAULT '',
+    worker_id       text        NOT NULL DEFAULT '',
+    body            bytea       NOT NULL,  -- the message body as received, for replay
+    x_death         jsonb,
+    first_failed_at timestamptz NOT NULL DEFAULT now(),
+    last_failed_at  timestamptz NOT NULL DEFAULT now(),
+    state           text        NOT NULL DEFAULT 'dead',  -- dead | replayed
+    replayed_at     timestamptz,
+    UNIQUE (run_id, url)
+);
+CREATE INDEX IF NOT EXISTS dead_letters_reason ON dead_letters (run_id, reason);
+
+CREATE TABLE IF NOT EXISTS skips (
+    run_id      text        NOT NULL,
+    url         text        NOT NULL,
+    reason      text        NOT NULL,  -- robots, blocked_address, ...
+    detail      text        NOT NULL DEFAULT '',
+    worker_id   text        NOT NULL DEFAULT '',
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, url)
+);

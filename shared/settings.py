@@ -1,0 +1,136 @@
+"""Settings: one frozen dataclass, read from the environment once, in each entry point's main().
+
+Every field is set by the environment variable of the same name in upper case
+(``rate_limit_rps`` ← ``RATE_LIMIT_RPS``). `.env.example` lists them all; a test keeps the two
+in step. Units are in the names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from shared.errors import ConfigError
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Where the services are. The defaults work on a developer machine with local services.
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/crawler"
+    rabbitmq_management_url: str = "http://127.0.0.1:15672"
+
+    # Names: change these to run several independent pipelines against the same services.
+    crawl_namespace: str = "crawl"  # prefix of every queue and exchange
+    redis_prefix: str = "crawl"  # prefix of every Redis key
+    pg_schema: str = "crawl"  # PostgreSQL schema holding the tables
+
+    # Queues.
+    queue_type: str = "classic"  # classic | quorum (the priority queue stays classic)
+    ttl_queue_expiry_s: float = 3600.0  # a URL waiting longer than this in the ttl queue expires
+    retry_delays_s: tuple[float, ...] = (5.0, 30.0)  # wait before attempt 2, attempt 3, ...
+    max_attempts: int = 3
+    heartbeat_s: int = 20
+
+    # Worker.
+    worker_id: str = field(default_factory=default_worker_id)
+    fetch_concurrency: int = 8  # fetches in flight per worker process
+    fetch_connect_timeout_s: float = 5.0
+    fetch_read_timeout_s: float = 15.0
+    fetch_deadline_s: float = 30.0  # whole fetch, body included
+    max_body_bytes: int = 5_000_000
+    max_redirects: int = 5
+    user_agent: str = "crawl-pipeline/0.1 (+https://github.com/crawl-pipeline)"
+    rate_limit_rps: float = 2.0  # per domain, shared by every worker
+    max_inline_wait_s: float = 2.0  # a longer rate-limit wait goes back through the broker
+    cache_enabled: bool = True
+    cache_ttl_s: float = 86400.0
+    cache_max_body_bytes: int = 1_000_000
+
+    # Producer.
+    routing_file: str = ""  # TOML routing rules; empty = the built-in rules
+    max_sitemap_depth: int = 3
+    max_sitemap_bytes: int = 50 * 1024 * 1024  # decompressed, per sitemap file
+    publish_batch_size: int = 500
+
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from `environ` (default: os.environ); raise ConfigError naming the variable."""
+        env = os.environ if environ is None else environ
+        hints = get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            name = f.name.upper()
+            raw = env.get(name)
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _parse(name, raw, hints[f.name])
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.queue_type not in ("classic", "quorum"):
+            raise ConfigError(f"QUEUE_TYPE: expected 'classic' or 'quorum', got {self.queue_type!r}")
+        if self.max_attempts < 1:
+            raise ConfigError(f"MAX_ATTEMPTS: must be at least 1, got {self.max_attempts}")
+        if not self.retry_delays_s or any(d <= 0 for d in self.retry_delays_s):
+            raise ConfigError("RETRY_DELAYS_S: expected positive seconds, e.g. '5,30'")
+        for name in ("fetch_concurrency", "max_redirects", "max_body_bytes", "publish_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name.upper()}: must be at least 1")
+        if self.rate_limit_rps <= 0:
+            raise ConfigError(f"RATE_LIMIT_RPS: must be positive, got {self.rate_limit_rps}")
+        for name in ("crawl_namespace", "redis_prefix", "pg_schema"):
+            value = getattr(self, name)
+            if not value.replace("_", "").replace("-", "").isalnum():
+                raise ConfigError(f"{name.upper()}: use letters, digits, '-' or '_', got {value!r}")
+
+    def retry_delay_s(self, attempt: int) -> float:
+        """Delay before the attempt after `attempt` failed ones (1-based); the last delay repeats."""
+        return self.retry_delays_s[min(attempt, len(self.retry_delays_s)) - 1]
+
+
+def _parse(name: str, raw: str, hint: Any) -> Any:
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        hint = next(a for a in get_args(hint) if a is not type(None))
+        origin = get_origin(hint)
+    try:
+        if origin is tuple:
+            (item_type, _) = get_args(hint)
+            return tuple(item_type(part.strip()) for part in raw.split(",") if part.strip())
+        if hint is bool:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        return hint(raw.strip()) if hint in (int, float) else raw
+    except ValueError:
+        kind = getattr(hint, "__name__", str(hint))
+        raise ConfigError(f"{name}: expected {kind}, got {raw!r}") from None
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced, for log lines and error messages."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

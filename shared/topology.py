@@ -1,0 +1,147 @@
+"""The whole RabbitMQ topology, as data. `shared.broker.declare_topology` applies it.
+
+    producer ──new.<kind>──▶ <ns>.work (topic) ──*.<kind>──▶ <ns>.priority | <ns>.ttl | <ns>.bulk
+                                   ▲                                   │ reject / expire
+    worker ──d<ms>.<kind>──▶ <ns>.retry (topic) ──▶ <ns>.retry.<ms>ms ─┘ (TTL, then back to work)
+                                                                       ▼
+    worker (3rd failure) ─────────────────────────────▶ <ns>.dlx (fanout) ──▶ <ns>.dead ──▶ dlq_consumer
+
+A retried URL waits in the delay queue for its delay length, then the broker dead-letters it
+into the work exchange with its routing key unchanged, and `*.<kind>` sends it back to the queue
+it came from. There is one delay queue per delay length because expired messages leave a
+classic queue head first: a long delay at the head would hold back short ones behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.messages import QUEUE_KINDS
+from shared.settings import Settings
+
+MAX_MESSAGE_PRIORITY = 5
+# Rate-limit deferrals reuse the delay queues; these lengths are always declared.
+DEFERRAL_DELAYS_S = (1.0, 5.0, 30.0)
+POISON_DELIVERY_LIMIT = 5  # quorum queues only: deliveries before a crash-looping URL is dead
+
+
+def work_exchange(ns: str) -> str:
+    return f"{ns}.work"
+
+
+def retry_exchange(ns: str) -> str:
+    return f"{ns}.retry"
+
+
+def dead_letter_exchange(ns: str) -> str:
+    return f"{ns}.dlx"
+
+
+def work_queue(ns: str, kind: str) -> str:
+    return f"{ns}.{kind}"
+
+
+def dead_letter_queue(ns: str) -> str:
+    return f"{ns}.dead"
+
+
+def delay_queue(ns: str, delay_ms: int) -> str:
+    return f"{ns}.retry.{delay_ms}ms"
+
+
+def new_task_routing_key(kind: str) -> str:
+    return f"new.{kind}"
+
+
+def delay_routing_key(delay_ms: int, kind: str) -> str:
+    return f"d{delay_ms}.{kind}"
+
+
+@dataclass(frozen=True)
+class Exchange:
+    name: str
+    kind: str  # topic | fanout
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    bindings: tuple[tuple[str, str], ...] = ()  # (exchange, routing key)
+
+
+@dataclass(frozen=True)
+class Topology:
+    namespace: str
+    exchanges: tuple[Exchange, ...]
+    queues: tuple[Queue, ...]
+    delays_ms: tuple[int, ...]
+
+    def work_queues(self) -> list[str]:
+        return [work_queue(self.namespace, kind) for kind in QUEUE_KINDS]
+
+    def delay_ms_for(self, seconds: float) -> int:
+        """The shortest declared delay at least `seconds` long (or the longest there is)."""
+        wanted = int(seconds * 1000)
+        return next((d for d in self.delays_ms if d >= wanted), self.delays_ms[-1])
+
+
+def build_topology(settings: Settings) -> Topology:
+    ns = settings.crawl_namespace
+    dlx = dead_letter_exchange(ns)
+    delays_ms = tuple(sorted({int(s * 1000) for s in (*settings.retry_delays_s, *DEFERRAL_DELAYS_S)}))
+
+    def replicated(args: dict[str, Any]) -> dict[str, Any]:
+        if settings.queue_type == "quorum":
+            args = {**args, "x-queue-type": "quorum"}
+        return args
+
+    queues = [
+        Queue(
+            work_queue(ns, "priority"),
+            # Message priorities need a classic queue on RabbitMQ before 4.3.
+            {"x-max-priority": MAX_MESSAGE_PRIORITY, "x-dead-letter-exchange": dlx},
+            ((work_exchange(ns), "*.priority"),),
+        ),
+        Queue(
+            work_queue(ns, "ttl"),
+            replicated(
+                {
+                    "x-message-ttl": int(settings.ttl_queue_expiry_s * 1000),
+                    "x-dead-letter-exchange": dlx,
+                }
+            ),
+            ((work_exchange(ns), "*.ttl"),),
+        ),
+        Queue(
+            work_queue(ns, "bulk"),
+            replicated({"x-dead-letter-exchange": dlx}),
+            ((work_exchange(ns), "*.bulk"),),
+        ),
+        Queue(dead_letter_queue(ns), replicated({}), ((dlx, ""),)),
+    ]
+    if settings.queue_type == "quorum":
+        queues = [
+            q if "x-max-priority" in q.arguments or q.name == dead_letter_queue(ns)
+            else Queue(q.name, {**q.arguments, "x-delivery-limit": POISON_DELIVERY_LIMIT}, q.bindings)
+            for q in queues
+        ]
+    for delay in delays_ms:
+        queues.append(
+            Queue(
+                delay_queue(ns, delay),
+                {"x-message-ttl": delay, "x-dead-letter-exchange": work_exchange(ns)},
+                ((retry_exchange(ns), f"d{delay}.*"),),
+            )
+        )
+    return Topology(
+        namespace=ns,
+        exchanges=(
+            Exchange(work_exchange(ns), "topic"),
+            Exchange(retry_exchange(ns), "topic"),
+            Exchange(dlx, "fanout"),
+        ),
+        queues=tuple(queues),
+        delays_ms=delays_ms,
+    )

@@ -1,0 +1,66 @@
+"""Fixtures shared by every test. Integration tests get names of their own (RabbitMQ namespace,
+Redis prefix, PostgreSQL schema) so that tests never see each other's queues, keys or rows."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from shared.settings import Settings
+
+
+def unique_name(prefix: str = "t") -> str:
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def settings() -> Iterator[Settings]:
+    """Settings with unique names; everything made under them is removed afterwards."""
+    name = unique_name()
+    made = Settings.from_env(
+        {
+            "CRAWL_NAMESPACE": name,
+            "REDIS_PREFIX": name,
+            "PG_SCHEMA": name,
+            "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/crawler_test",
+            "RETRY_DELAYS_S": "0.5,1",
+            "TTL_QUEUE_EXPIRY_S": "60",
+        }
+    )
+    yield made
+    cleanup(made)
+
+
+def cleanup(settings: Settings) -> None:
+    """Delete the queues, exchanges, keys and schema made under these settings' names."""
+    with contextlib.suppress(Exception):
+        from shared import broker
+        from shared.topology import build_topology
+
+        topology = build_topology(settings)
+        connection = broker.connect(settings, "test-cleanup")
+        channel = connection.channel()
+        for queue in topology.queues:
+            channel.queue_delete(queue.name)
+        for exchange in topology.exchanges:
+            channel.exchange_delete(exchange.name)
+        connection.close()
+    with contextlib.suppress(Exception):
+        import redis
+
+        client = redis.Redis.from_url(settings.redis_url)
+        keys = list(client.scan_iter(f"{settings.redis_prefix}:*", count=1000))
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+        client.close()
+    with contextlib.suppress(Exception):
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(settings.pg_schema))
+            )
