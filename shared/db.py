@@ -59,9 +59,8 @@ def ensure_schema(settings: Settings) -> None:
         try:
             # Serialise concurrent starts: CREATE ... IF NOT EXISTS is not race-free in PostgreSQL.
             conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (settings.pg_schema,))
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                sql.Identifier(settings.pg_schema)))
-            conn.execute(ddl)  # type: ignore[arg-type]  # a trusted file of our own
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.pg_schema)))
+            conn.execute(ddl)  # a trusted file of our own
             conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (settings.pg_schema,))
         except psycopg.errors.InsufficientPrivilege as exc:
             raise ConfigError(f"PG_SCHEMA {settings.pg_schema!r}: {exc}".strip()) from None

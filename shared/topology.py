@@ -123,7 +123,8 @@ def build_topology(settings: Settings) -> Topology:
     ]
     if settings.queue_type == "quorum":
         queues = [
-            q if "x-max-priority" in q.arguments or q.name == dead_letter_queue(ns)
+            q
+            if "x-max-priority" in q.arguments or q.name == dead_letter_queue(ns)
             else Queue(q.name, {**q.arguments, "x-delivery-limit": POISON_DELIVERY_LIMIT}, q.bindings)
             for q in queues
         ]

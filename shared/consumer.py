@@ -1,0 +1,313 @@
+"""The one consumer loop every service uses: receive → handle on a thread → settle on the connection's thread.
+
+pika is not thread-safe and a BlockingConnection does its I/O (heartbeats included) only inside
+pika calls, so the connection's thread never runs handlers: it sits in `process_data_events`
+and handlers run on `concurrency` threads. A handler returns an Outcome; the thread hands it
+back with `add_callback_threadsafe`, and the connection's thread publishes what the outcome asks
+(waiting for each confirm) and only then acks. A crash anywhere before the ack leaves the
+message unacked, and the broker delivers it again.
+
+Deliveries carry the generation of the connection they came on. After a reconnect the broker
+has already requeued everything unacked, so outcomes from an older generation are dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared import broker
+from shared.errors import ServiceUnavailable
+from shared.settings import Settings
+from shared.topology import build_topology
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 15.0
+RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONNECTION_ERRORS)
+POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Delivery:
+    queue: str
+    body: bytes
+    headers: Mapping[str, Any]
+    redelivered: bool
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to do with a delivery: publish these (confirmed), then ack — or reject."""
+
+    publications: tuple[broker.Publication, ...] = ()
+    ack: bool = True
+    requeue: bool = False
+
+    @classmethod
+    def done(cls) -> Outcome:
+        return cls()
+
+    @classmethod
+    def forward(cls, *publications: broker.Publication) -> Outcome:
+        return cls(publications=publications)
+
+    @classmethod
+    def reject(cls, requeue: bool) -> Outcome:
+        return cls(ack=False, requeue=requeue)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    queue: str
+    consumer_priority: int = 0  # the broker offers messages to higher-priority consumers first
+
+
+Handler = Callable[[Delivery], Outcome]
+
+
+@dataclass(order=True)
+class _Item:
+    rank: int
+    priority: int
+    seq: int
+    generation: int = field(compare=False)
+    tag: int = field(compare=False)
+    delivery: Delivery = field(compare=False)
+
+
+class ConsumerRuntime:
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        subscriptions: Sequence[Subscription],
+        handler: Handler,
+        concurrency: int,
+        stop_event: threading.Event | None = None,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.subscriptions = list(subscriptions)
+        self.handler = handler
+        self.concurrency = concurrency
+        self.stop_event = stop_event or threading.Event()
+        self.reconnects = 0
+        # Higher consumer priority = served first from the local buffer too.
+        ranks = sorted({s.consumer_priority for s in subscriptions}, reverse=True)
+        self._rank = {s.queue: ranks.index(s.consumer_priority) for s in subscriptions}
+        self._local: queue.PriorityQueue[_Item] = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._generation = 0
+        self._connection: Any = None
+        self._channel: Any = None
+        self._publish_channel: Any = None
+        self._unsettled: set[int] = set()  # delivery tags of this generation not yet settled
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+
+    # ---- the connection's thread ------------------------------------------------------------
+
+    def run(self) -> int:
+        threads = [
+            threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        backoff = 1.0
+        ever_connected = False
+        while not self.stop_event.is_set():
+            try:
+                self._connect()
+                if ever_connected:
+                    self.reconnects += 1
+                    log.warning("%s reconnected to RabbitMQ (reconnect %d)", self.name, self.reconnects)
+                ever_connected = True
+                backoff = 1.0
+                while not self.stop_event.is_set():
+                    self._connection.process_data_events(time_limit=POLL_S)
+                self._drain()
+            except RECOVERABLE as exc:
+                if not ever_connected:
+                    self.stop_event.set()
+                    raise (
+                        exc if isinstance(exc, ServiceUnavailable) else broker.unavailable(self.settings, exc)
+                    ) from None
+                self._forget_connection()
+                log.warning(
+                    "%s lost RabbitMQ (%s); reconnecting in %.0fs", self.name, _one_line(exc), backoff
+                )
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        self._forget_connection()
+        for thread in threads:
+            thread.join(timeout=self.settings.fetch_deadline_s + 5)
+        return 0
+
+    def _connect(self) -> None:
+        connection = broker.connect(self.settings, f"{self.name} {self.settings.worker_id}")
+        broker.declare_topology(connection, build_topology(self.settings))
+        channel = connection.channel()
+        # Twice the handler threads per consumer: the local buffer refills while handlers work,
+        # so a priority message is always waiting there before a bulk one is picked.
+        channel.basic_qos(prefetch_count=2 * self.concurrency)
+        self._publish_channel = broker.confirm_channel(connection)
+        self._generation += 1
+        self._unsettled.clear()
+        self._connection, self._channel = connection, channel
+        generation = self._generation
+        for sub in self.subscriptions:
+            channel.basic_consume(
+                sub.queue,
+                functools.partial(self._on_message, generation, sub.queue),
+                arguments={"x-priority": sub.consumer_priority},
+            )
+        log.info("%s consuming %s", self.name, ", ".join(s.queue for s in self.subscriptions))
+
+    def _on_message(
+        self, generation: int, queue_name: str, _ch: Any, method: Any, properties: Any, body: bytes
+    ) -> None:
+        delivery = Delivery(
+            queue=queue_name,
+            body=body,
+            headers=properties.headers or {},
+            redelivered=bool(method.redelivered),
+            priority=properties.priority or 0,
+        )
+        self._unsettled.add(method.delivery_tag)
+        self._local.put(
+            _Item(
+                self._rank[queue_name],
+                -delivery.priority,
+                next(self._seq),
+                generation,
+                method.delivery_tag,
+                delivery,
+            )
+        )
+
+    def _settle(self, generation: int, tag: int, outcome: Outcome) -> None:
+        if generation != self._generation or tag not in self._unsettled:
+            return  # from a closed channel: the broker has requeued it already
+        try:
+            for publication in outcome.publications:
+                broker.publish(self._publish_channel, publication)
+        except broker.PublishFailed as exc:
+            log.warning("%s could not publish (%s); returning the message to its queue", self.name, exc)
+            self._channel.basic_nack(tag, requeue=True)
+        else:
+            if outcome.ack:
+                self._channel.basic_ack(tag)
+            else:
+                self._channel.basic_reject(tag, requeue=outcome.requeue)
+        self._unsettled.discard(tag)
+
+    def _drain(self) -> None:
+        """Stop taking messages; let in-flight ones finish (bounded); unstarted ones go back."""
+        for consumer_tag in list(self._channel.consumer_tags):
+            self._channel.basic_cancel(consumer_tag)
+        deadline = time.monotonic() + self.settings.fetch_deadline_s + 5
+        while self._unsettled and time.monotonic() < deadline:
+            self._connection.process_data_events(time_limit=POLL_S)
+        if self._unsettled:
+            log.warning(
+                "%s stopping with %d unfinished messages; the broker will redeliver them",
+                self.name,
+                len(self._unsettled),
+            )
+        self._connection.close()
+        self._connection = None
+
+    def _forget_connection(self) -> None:
+        self._generation += 1
+        self._unsettled.clear()
+        connection, self._connection = self._connection, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(*broker.CONNECTION_ERRORS):
+                connection.close()
+
+    # ---- handler threads ----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            try:
+                item = self._local.get(timeout=POLL_S)
+            except queue.Empty:
+                if self.stop_event.is_set() and self._connection is None:
+                    return
+                continue
+            if item.generation != self._generation:
+                continue  # its channel is gone and the broker has requeued it
+            if self.stop_event.is_set():
+                outcome = Outcome.reject(requeue=True)  # never started: give it back
+            else:
+                outcome = self._handle(item.delivery)
+            self._hand_back(item, outcome)
+
+    def _handle(self, delivery: Delivery) -> Outcome:
+        backoff = 1.0
+        while True:
+            try:
+                return self.handler(delivery)
+            except ServiceUnavailable as exc:
+                if self.stop_event.is_set():
+                    return Outcome.reject(requeue=True)
+                log.warning("%s paused: %s; trying again in %.0fs", self.name, exc, backoff)
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+            except Exception:
+                # A bug, or input nobody foresaw. Dead-letter it rather than crash-loop on it.
+                log.exception(
+                    "%s handler failed on a message from %s; dead-lettering it", self.name, delivery.queue
+                )
+                return Outcome.reject(requeue=False)
+
+    def _hand_back(self, item: _Item, outcome: Outcome) -> None:
+        connection = self._connection
+        if connection is None:
+            return
+        # If the connection closed meanwhile, the broker requeues the message by itself.
+        with contextlib.suppress(*broker.CONNECTION_ERRORS):
+            connection.add_callback_threadsafe(
+                functools.partial(self._settle, item.generation, item.tag, outcome)
+            )
+
+
+def run_consumers(
+    settings: Settings,
+    name: str,
+    subscriptions: Sequence[Subscription],
+    handler: Handler,
+    concurrency: int,
+    on_start: Callable[[], None] | None = None,
+    stop_event: threading.Event | None = None,
+) -> int:
+    """Consume until SIGTERM/SIGINT (or `stop_event`), then stop cleanly; return the exit code."""
+    runtime = ConsumerRuntime(settings, name, subscriptions, handler, concurrency, stop_event)
+    if threading.current_thread() is threading.main_thread():
+
+        def request_stop(signum: int, _frame: object) -> None:
+            log.info("%s got signal %d: finishing in-flight messages", name, signum)
+            runtime.stop_event.set()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+    if on_start is not None:
+        on_start()
+    return runtime.run()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or exc.__class__.__name__
+    return text.splitlines()[0]
