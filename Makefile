@@ -1,0 +1,57 @@
+# The whole developer loop: `make install`, `make demo`, `make test`, `make lint`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+WORKERS ?= 3
+SITEMAP ?=
+RUN_ID ?=
+
+.PHONY: all install demo crawl test unit integration e2e lint typecheck up down clean
+
+all: lint typecheck test
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Serve the bundled demo site on 127.0.0.2-4, crawl it with several workers, print the accounting.
+demo: install
+	$(PY) -m shared.crawl --demo --workers $(WORKERS)
+
+# Crawl a sitemap (or a site root) with WORKERS workers and a dead-letter consumer until done.
+crawl: install
+	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N]"; exit 2; }
+	$(PY) -m shared.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID))
+
+test: install
+	$(PY) -m pytest
+
+unit: install
+	$(PY) -m pytest -m unit
+
+integration: install
+	$(PY) -m pytest -m integration
+
+e2e: install
+	$(PY) -m pytest -m e2e
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: install
+	$(PY) -m mypy
+
+# With a Docker engine: the same services as containers (see docker-compose.yml).
+up:
+	docker compose up -d --scale worker=$(WORKERS)
+
+down:
+	docker compose down
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

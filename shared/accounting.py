@@ -1,0 +1,67 @@
+"""Where every URL of a run ended: stored, dead-lettered or skipped. Read from PostgreSQL only,
+because that is where outcomes are committed before any message is acked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared import db
+from shared.settings import Settings
+
+PAGE_TOTALS = """
+SELECT count(*), count(*) FILTER (WHERE from_cache), count(*) FILTER (WHERE failed_attempts > 0),
+       coalesce(sum(failed_attempts), 0), count(*) FILTER (WHERE writes > 1)
+FROM pages WHERE run_id = %s
+"""
+DEAD_BY_REASON = """
+SELECT reason, count(*), coalesce(sum(greatest(attempts - 1, 0)), 0)
+FROM dead_letters WHERE run_id = %s AND state = 'dead' GROUP BY reason ORDER BY reason
+"""
+SKIPS_BY_REASON = "SELECT reason, count(*) FROM skips WHERE run_id = %s GROUP BY reason ORDER BY reason"
+
+
+@dataclass(frozen=True)
+class Accounting:
+    run_id: str
+    stored: int = 0
+    from_cache: int = 0
+    stored_after_retry: int = 0
+    rewritten_rows: int = 0  # rows a redelivery wrote twice (still one row each)
+    retries: int = 0  # failed attempts that were tried again
+    dead_by_reason: dict[str, int] = field(default_factory=dict)
+    skips_by_reason: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def dead(self) -> int:
+        return sum(self.dead_by_reason.values())
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.skips_by_reason.values())
+
+    @property
+    def accounted(self) -> int:
+        return self.stored + self.dead + self.skipped
+
+
+def account(settings: Settings, run_id: str) -> Accounting:
+    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+        row = conn.execute(PAGE_TOTALS, (run_id,)).fetchone()
+        assert row is not None
+        stored, cached, after_retry, page_retries, rewritten = (int(v) for v in row)  # type: ignore[call-overload]
+        dead: dict[str, int] = {}
+        dead_retries = 0
+        for reason, count, retries in conn.execute(DEAD_BY_REASON, (run_id,)):
+            dead[str(reason)] = int(count)  # type: ignore[call-overload]
+            dead_retries += int(retries)  # type: ignore[call-overload]
+        skips = {str(r): int(c) for r, c in conn.execute(SKIPS_BY_REASON, (run_id,))}  # type: ignore[call-overload]
+    return Accounting(
+        run_id=run_id,
+        stored=stored,
+        from_cache=cached,
+        stored_after_retry=after_retry,
+        rewritten_rows=rewritten,
+        retries=page_retries + dead_retries,
+        dead_by_reason=dead,
+        skips_by_reason=skips,
+    )

@@ -1,0 +1,143 @@
+"""The GCRA rate limiter against the real Redis on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from shared.errors import ServiceUnavailable
+from shared.keys import Keys
+from shared.settings import Settings
+from worker.ratelimit import RateLimiter
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[redis.Redis]:
+    made = redis.Redis.from_url(settings.redis_url)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def limiter(client: redis.Redis, settings: Settings) -> RateLimiter:
+    return RateLimiter(client, Keys(settings.redis_prefix))
+
+
+def most_in_any_window(times: list[float], window_s: float) -> int:
+    times = sorted(times)
+    most = 0
+    end = 0
+    for start, t in enumerate(times):
+        while end < len(times) and times[end] < t + window_s:
+            end += 1
+        most = max(most, end - start)
+    return most
+
+
+@pytest.mark.timeout(30)
+def test_threads_sharing_one_domain_keep_to_the_rate(limiter: RateLimiter) -> None:
+    rate, burst, run_s, threads = 10.0, 1, 3.0, 8
+    fetch_times: list[float] = []
+    refused: list[float] = []  # checked after the join: a failed assert in a thread is lost
+    lock = threading.Lock()
+    start = time.monotonic()
+
+    def worker() -> None:
+        while time.monotonic() < start + run_s:
+            reservation = limiter.reserve("busy.example", rate, burst, max_wait_s=5.0)
+            if not reservation.reserved:
+                refused.append(reservation.wait_s)
+                return
+            time.sleep(reservation.wait_s)
+            with lock:
+                fetch_times.append(time.monotonic())
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+
+    assert refused == []
+    assert most_in_any_window(fetch_times, 1.0) <= rate + burst
+    in_run = [t for t in fetch_times if t < start + run_s]
+    assert len(in_run) >= 0.9 * rate * run_s
+
+
+def test_burst_goes_at_once_then_the_rate_applies(limiter: RateLimiter) -> None:
+    waits = [limiter.reserve("burst.example", 2.0, 3, max_wait_s=10.0).wait_s for _ in range(5)]
+    assert waits[:3] == [0.0, 0.0, 0.0]
+    assert waits[3] == pytest.approx(0.5, abs=0.05)
+    assert waits[4] == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_wait_over_the_limit_reserves_nothing(limiter: RateLimiter) -> None:
+    first = limiter.reserve("slow.example", 1.0, max_wait_s=0.5)
+    assert (first.wait_s, first.reserved) == (0.0, True)
+
+    refused = limiter.reserve("slow.example", 1.0, max_wait_s=0.5)
+    assert not refused.reserved
+    assert refused.wait_s == pytest.approx(1.0, abs=0.05)
+
+    # The refusal took no slot: the next caller who accepts the wait gets the same one.
+    accepted = limiter.reserve("slow.example", 1.0, max_wait_s=5.0)
+    assert accepted.reserved
+    assert accepted.wait_s == pytest.approx(1.0, abs=0.05)
+    assert limiter.reserve("slow.example", 1.0, max_wait_s=5.0).wait_s == pytest.approx(
+        2.0, abs=0.05
+    )
+
+
+def test_domains_are_independent(limiter: RateLimiter) -> None:
+    limiter.reserve("one.example", 1.0, max_wait_s=5.0)
+    assert limiter.reserve("one.example", 1.0, max_wait_s=5.0).wait_s > 0.9
+    other = limiter.reserve("two.example", 1.0, max_wait_s=5.0)
+    assert (other.wait_s, other.reserved) == (0.0, True)
+
+
+def test_domain_case_does_not_give_a_second_budget(limiter: RateLimiter) -> None:
+    limiter.reserve("Case.Example", 1.0, max_wait_s=5.0)
+    assert limiter.reserve("case.example", 1.0, max_wait_s=5.0).wait_s > 0.9
+
+
+def test_the_key_expires_once_the_domain_is_idle(
+    limiter: RateLimiter, client: redis.Redis, settings: Settings
+) -> None:
+    key = Keys(settings.redis_prefix).rate("idle.example")
+    limiter.reserve("idle.example", 5.0, max_wait_s=1.0)
+    ttl_ms = client.pttl(key)
+    assert 0 < ttl_ms <= 250  # one 200 ms interval, rounded up
+    time.sleep(ttl_ms / 1000 + 0.05)
+    assert client.exists(key) == 0
+    assert limiter.reserve("idle.example", 5.0, max_wait_s=1.0).wait_s == 0.0
+
+
+@pytest.mark.parametrize(("rate", "burst", "max_wait"), [(0, 1, 1.0), (1, 0, 1.0), (1, 1, -1.0)])
+def test_nonsense_arguments_are_refused(
+    limiter: RateLimiter, rate: float, burst: int, max_wait: float
+) -> None:
+    with pytest.raises(ValueError):
+        limiter.reserve("x.example", rate, burst, max_wait_s=max_wait)
+
+
+def test_unreachable_redis_is_service_unavailable(settings: Settings) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # No retries: redis-py's default backoff would only make the test slower.
+    dead = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+    with pytest.raises(ServiceUnavailable) as caught:
+        RateLimiter(dead, Keys(settings.redis_prefix)).reserve("x.example", 1.0, max_wait_s=1.0)
+    assert caught.value.service == "Redis"
+    assert caught.value.address == f"127.0.0.1:{port}/0"
+    assert "redis-server" in caught.value.hint
+    dead.close()

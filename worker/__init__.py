@@ -1,0 +1,2 @@
+"""The worker: fetch a URL politely (shared per-domain rate limit, optional response cache),
+parse the page, and report the outcome."""

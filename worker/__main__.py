@@ -1,0 +1,52 @@
+"""python -m worker: consume the priority, ttl and bulk queues and store what the pages say."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+
+from shared import db
+from shared.cli import configure_logging, run_main
+from shared.consumer import Subscription, run_consumers
+from shared.settings import Settings
+from shared.topology import work_queue
+from worker.wiring import build_handler, connect_redis
+
+log = logging.getLogger(__name__)
+
+# Consumer priorities: the broker offers messages to the priority queue's consumer first, and
+# the local buffer is drained in the same order.
+SUBSCRIPTION_PRIORITIES = {"priority": 10, "ttl": 5, "bulk": 0}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m worker",
+        description="Fetch, parse and store the URLs waiting in the work queues. Run as many as "
+        "you like, on any machine: the rate limits and the cache are shared through Redis. "
+        "Settings come from the environment (see .env.example).",
+    )
+    parser.add_argument("--concurrency", type=int, help="fetches in flight (default: FETCH_CONCURRENCY)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = Settings.from_env()
+    if args.concurrency:
+        settings = dataclasses.replace(settings, fetch_concurrency=args.concurrency)
+        settings.validate()
+    configure_logging(settings.log_level, f"worker[{settings.worker_id}]")
+    db.ensure_schema(settings)
+    handler = build_handler(settings, connect_redis(settings))
+    ns = settings.crawl_namespace
+    subscriptions = [
+        Subscription(work_queue(ns, kind), prio) for kind, prio in SUBSCRIPTION_PRIORITIES.items()
+    ]
+    log.info("worker %s starting with %d fetches in flight", settings.worker_id, settings.fetch_concurrency)
+    return run_consumers(settings, "worker", subscriptions, handler, settings.fetch_concurrency)
+
+
+if __name__ == "__main__":
+    run_main("worker", main)

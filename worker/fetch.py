@@ -1,0 +1,286 @@
+"""Fetch one URL over HTTP(S) with requests, following redirects ourselves.
+
+Redirects are followed here rather than by requests so that every hop passes through
+`check_url` (the place for an SSRF guard) and counts against one overall deadline.
+requests and urllib3 errors are translated into TransientError / PermanentError in
+`_translate_errors` and nowhere else. HTTP statuses are judged by the pure function `classify`.
+
+A Fetcher holds one pooled requests.Session and is used by one thread only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import http.cookiejar
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+import requests
+import requests.exceptions
+import urllib3.exceptions
+
+from shared.errors import PermanentError, TransientError
+from shared.settings import Settings
+from worker.parse import decode_html
+
+log = logging.getLogger(__name__)
+
+HTML_MEDIA_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_READ_CHUNK_BYTES = 64 * 1024
+
+UrlCheck = Callable[[str], None]
+"""Called with every URL before it is requested (the first and each redirect hop);
+raises a TaskError to refuse it."""
+
+
+def allow_any_url(url: str) -> None:
+    """The default UrlCheck: refuses nothing."""
+
+
+@dataclass(frozen=True)
+class Validators:
+    """Cache validators from an earlier response, sent back as a conditional request."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        headers = {}
+        if self.etag:
+            headers["If-None-Match"] = self.etag
+        if self.last_modified:
+            headers["If-Modified-Since"] = self.last_modified
+        return headers
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    url: str  # as requested
+    final_url: str  # after redirects
+    status: int
+    content_type: str | None  # raw header, charset included
+    etag: str | None
+    last_modified: str | None
+    retry_after: str | None  # raw header
+    body: bytes  # decoded from any Content-Encoding; empty when not_modified
+    elapsed_ms: int
+    redirects: int
+    not_modified: bool  # a 304 answer to our conditional request
+
+    def text(self) -> str:
+        return decode_html(self.body, self.content_type)
+
+
+class Verdict(enum.Enum):
+    OK = "ok"
+    NOT_MODIFIED = "not_modified"
+    REDIRECT = "redirect"
+
+
+def media_type(content_type: str | None) -> str | None:
+    """'text/html; charset=utf-8' -> 'text/html'."""
+    if not content_type:
+        return None
+    return content_type.split(";", 1)[0].strip().lower() or None
+
+
+def is_html(content_type: str | None) -> bool:
+    return media_type(content_type) in HTML_MEDIA_TYPES
+
+
+def classify(
+    status: int,
+    *,
+    content_type: str | None = None,
+    location: str | None = None,
+    retry_after: str | None = None,
+    conditional: bool = False,
+) -> Verdict:
+    """Judge a response by its status line and headers; raise the TaskError it deserves.
+
+    `conditional` says whether the request carried validators, which is what makes a 304 good.
+    """
+    if 200 <= status < 300:
+        if not is_html(content_type):
+            raise PermanentError(
+                "unsupported_content", f"Content-Type {content_type!r}", http_status=status
+            )
+        return Verdict.OK
+    if status == 304:
+        if conditional:
+            return Verdict.NOT_MODIFIED
+        # Without validators a 304 is a server bug and has no body to show.
+        raise PermanentError("http_304", "not modified, but the request was not conditional", 304)
+    if 300 <= status < 400:
+        if not location or not location.strip():
+            raise PermanentError("bad_redirect", f"{status} without Location", http_status=status)
+        return Verdict.REDIRECT
+    if status in (408, 429) or 500 <= status < 600:
+        detail = f"Retry-After: {retry_after}" if retry_after else ""
+        raise TransientError(f"http_{status}", detail, http_status=status)
+    raise PermanentError(f"http_{status}", http_status=status)
+
+
+@contextlib.contextmanager
+def _translate_errors(url: str) -> Iterator[None]:
+    """The one place where requests' and urllib3's exceptions become ours."""
+    try:
+        yield
+    except requests.exceptions.Timeout as exc:  # before ConnectionError: ConnectTimeout is both
+        raise TransientError("timeout", f"{url}: {exc}") from None
+    except (
+        requests.exceptions.InvalidURL,
+        requests.exceptions.MissingSchema,
+        requests.exceptions.InvalidSchema,
+        requests.exceptions.URLRequired,
+        urllib3.exceptions.LocationValueError,
+    ) as exc:
+        raise PermanentError("invalid_url", f"{url}: {exc}") from None
+    except requests.exceptions.ContentDecodingError as exc:
+        raise PermanentError("bad_content_encoding", f"{url}: {exc}") from None
+    except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+        raise TransientError("connection_error", f"{url}: {exc}") from None
+    except requests.exceptions.RequestException as exc:
+        raise TransientError("request_error", f"{url}: {exc}") from None
+    # The body is read from urllib3 directly (see _read_body), so its errors arrive raw.
+    except urllib3.exceptions.TimeoutError as exc:
+        raise TransientError("timeout", f"{url}: {exc}") from None
+    except urllib3.exceptions.DecodeError as exc:
+        raise PermanentError("bad_content_encoding", f"{url}: {exc}") from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise TransientError("connection_error", f"{url}: {exc}") from None
+
+
+def _require_http_url(url: str) -> None:
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise PermanentError("invalid_url", f"{url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PermanentError("invalid_url", f"{url!r}: not an http(s) URL with a host")
+
+
+def _remaining_s(deadline: float, url: str) -> float:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TransientError("timeout", f"{url}: fetch deadline passed")
+    return remaining
+
+
+def _read_body(response: requests.Response, max_bytes: int, deadline: float, url: str) -> bytes:
+    """The decoded body, refused past `max_bytes` (after decompression) or past the deadline."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise PermanentError("too_large", f"Content-Length {declared} > {max_bytes}")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        _remaining_s(deadline, url)
+        # read1 returns whatever one socket read brings; read() would wait for a full chunk,
+        # so a server dripping a byte at a time could hold us far past the deadline.
+        chunk = response.raw.read1(_READ_CHUNK_BYTES, decode_content=True)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > max_bytes:
+            raise PermanentError("too_large", f"body over {max_bytes} bytes")
+        chunks.append(chunk)
+
+
+class Fetcher:
+    """Fetches URLs for one thread through one pooled session."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        session_factory: Callable[[], requests.Session] = requests.Session,
+        check_url: UrlCheck = allow_any_url,
+    ) -> None:
+        self._settings = settings
+        self._check_url = check_url
+        self._session = session_factory()
+        self._session.headers["User-Agent"] = settings.user_agent
+        # One session serves every site for the thread's whole life: a cookie jar would grow
+        # without bound and carry state from one unrelated fetch into the next.
+        self._session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> Fetcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def fetch(self, url: str, validators: Validators | None = None) -> FetchResult:
+        """GET `url`, following up to max_redirects redirects; raise a TaskError on failure."""
+        started = time.monotonic()
+        deadline = started + self._settings.fetch_deadline_s
+        # The validators belong to the resource at the end of the chain; sending them on
+        # every hop is harmless, since redirect responses do not answer conditionals.
+        headers = validators.headers() if validators else {}
+        current = url
+        visited = {url}
+        for redirects in range(self._settings.max_redirects + 1):
+            _require_http_url(current)
+            self._check_url(current)
+            with _translate_errors(current), self._get(current, headers, deadline) as response:
+                location = response.headers.get("Location")
+                verdict = classify(
+                    response.status_code,
+                    content_type=response.headers.get("Content-Type"),
+                    location=location,
+                    retry_after=response.headers.get("Retry-After"),
+                    conditional=bool(headers),
+                )
+                if verdict is not Verdict.REDIRECT:
+                    body = b""
+                    if verdict is Verdict.OK:
+                        body = _read_body(response, self._settings.max_body_bytes, deadline, url)
+                    return FetchResult(
+                        url=url,
+                        final_url=current,
+                        status=response.status_code,
+                        content_type=response.headers.get("Content-Type"),
+                        etag=response.headers.get("ETag"),
+                        last_modified=response.headers.get("Last-Modified"),
+                        retry_after=response.headers.get("Retry-After"),
+                        body=body,
+                        elapsed_ms=round((time.monotonic() - started) * 1000),
+                        redirects=redirects,
+                        not_modified=verdict is Verdict.NOT_MODIFIED,
+                    )
+            current = self._next_hop(current, location or "", visited)
+        raise PermanentError(
+            "redirect_loop", f"{url}: more than {self._settings.max_redirects} redirects"
+        )
+
+    def _get(self, url: str, headers: dict[str, str], deadline: float) -> requests.Response:
+        remaining = _remaining_s(deadline, url)
+        timeout = (
+            min(self._settings.fetch_connect_timeout_s, remaining),
+            min(self._settings.fetch_read_timeout_s, remaining),
+        )
+        return self._session.get(
+            url, headers=headers, timeout=timeout, allow_redirects=False, stream=True
+        )
+
+    @staticmethod
+    def _next_hop(current: str, location: str, visited: set[str]) -> str:
+        try:
+            target = urljoin(current, location.strip())
+        except ValueError as exc:
+            raise PermanentError("bad_redirect", f"{current} -> {location!r}: {exc}") from None
+        if urlsplit(target).scheme not in ("http", "https"):
+            raise PermanentError("bad_redirect", f"{current} -> {location!r}: not http(s)")
+        if target in visited:
+            raise PermanentError("redirect_loop", f"{current} -> {target} was visited already")
+        visited.add(target)
+        log.debug("redirect %s -> %s", current, target)
+        return target
+

@@ -1,0 +1,41 @@
+"""The one place where redis-py's connection errors become ServiceUnavailable.
+
+A Redis that cannot be reached is not the fault of the URL being processed, so the caller
+pauses instead of charging the URL a failed attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import redis
+import redis.exceptions
+
+from shared.errors import ServiceUnavailable
+from shared.settings import redact
+
+START_HINT = "start it with: redis-server --daemonize yes"
+
+
+def redis_address(where: str | redis.Redis) -> str:
+    """A printable address for a Redis URL or client, password removed."""
+    if isinstance(where, str):
+        return redact(where)
+    kwargs = where.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+@contextlib.contextmanager
+def translate_redis_errors(where: str | redis.Redis) -> Iterator[None]:
+    """Raise ServiceUnavailable for a refused, lost or timed-out Redis connection.
+
+    `where` is the Redis URL (e.g. settings.redis_url) or the client, for the message only.
+    """
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        detail = str(exc).strip() or type(exc).__name__
+        raise ServiceUnavailable("Redis", redis_address(where), detail, START_HINT) from None
