@@ -1,0 +1,24 @@
+# One image for every service; docker-compose.yml picks the service with its command
+# (python -m producer | worker | dlq_consumer | demo_site).
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+# Only what the package build needs, so edits to tests or docs do not rebuild the image.
+COPY pyproject.toml README.md ./
+COPY shared ./shared
+COPY producer ./producer
+COPY worker ./worker
+COPY dlq_consumer ./dlq_consumer
+COPY demo_site ./demo_site
+# A regular (not editable) install: the code runs from site-packages and /src can go.
+RUN pip install . && rm -rf /src
+
+# The services need no privileges; a fixed uid keeps file ownership predictable on volumes.
+RUN useradd --create-home --uid 10001 --user-group crawler
+USER crawler
+WORKDIR /home/crawler
