@@ -1,0 +1,156 @@
+"""What one dead-lettered message says about its URL: a pure function from a received message to
+the row the store keeps. No I/O here, so every rule below is tested without a broker or database.
+
+Where each field comes from, most trusted first:
+  url, run_id      the task body; 'undecodable:<sha256 of body>' and '' when it does not decode
+  reason, error    our Failure headers (the worker knew why) → 'undecodable' when the body is bad
+                   → the broker's newest x-death entry ('expired', 'rejected', 'delivery_limit')
+  origin queue     our Failure headers → the queue named in x-death → the body's queue kind,
+                   always as the full queue name
+  attempts/replays our Progress headers
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol
+
+from shared.errors import DecodeError
+from shared.messages import QUEUE_KINDS, CrawlTask, Failure, Progress
+from shared.topology import work_queue
+
+UNDECODABLE = "undecodable"
+UNKNOWN_REASON = "unknown"
+X_DEATH_HEADER = "x-death"
+
+
+class ReceivedMessage(Protocol):
+    """The parts of a delivery this module reads (shared.consumer.Delivery has them)."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def headers(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    run_id: str
+    url: str
+    reason: str
+    last_error: str
+    http_status: int | None
+    attempts: int
+    replays: int
+    origin_queue: str
+    worker_id: str
+    body: bytes
+    x_death: list[Any] | None  # JSON-safe copy of the broker's header
+    first_failed_at: float | None  # epoch seconds, from our headers when the worker set it
+
+
+def record_from_delivery(message: ReceivedMessage, namespace: str) -> DeadLetterRecord:
+    """The row to store for `message`, found dead in the dead-letter queue of `namespace`."""
+    headers = message.headers or {}
+    progress = Progress.from_headers(headers)
+    failure = Failure.from_headers(headers)
+    deaths = _deaths(headers.get(X_DEATH_HEADER))
+    newest_death = deaths[0] if deaths else {}  # the broker keeps the newest entry first
+
+    task: CrawlTask | None
+    decode_error = ""
+    try:
+        task = CrawlTask.decode(message.body)
+    except DecodeError as exc:
+        task, decode_error = None, exc.detail
+
+    if failure is not None:
+        reason, error = failure.reason, failure.error
+    elif task is None:
+        reason, error = UNDECODABLE, decode_error
+    elif newest_death:
+        reason = _as_text(newest_death.get("reason")) or UNKNOWN_REASON
+        error = _describe_death(newest_death)
+    else:
+        reason, error = UNKNOWN_REASON, "dead-lettered without a reason header or x-death"
+
+    origin = (failure.origin_queue if failure else "") or _as_text(newest_death.get("queue"))
+    if not origin and task is not None:
+        origin = task.queue
+    if origin in QUEUE_KINDS:  # the worker names the kind; store the queue, as x-death does
+        origin = work_queue(namespace, origin)
+
+    if task is not None:
+        run_id, url = task.run_id, task.url
+    else:
+        run_id, url = "", f"{UNDECODABLE}:{hashlib.sha256(message.body).hexdigest()}"
+
+    return DeadLetterRecord(
+        run_id=_clean(run_id),
+        url=_clean(url),
+        reason=_clean(reason),
+        last_error=_clean(error),
+        http_status=failure.http_status if failure else None,
+        attempts=progress.attempt,
+        replays=progress.replays,
+        origin_queue=_clean(origin),
+        worker_id=_clean(failure.worker_id if failure else ""),
+        body=message.body,
+        x_death=[json_safe(d) for d in deaths] if deaths else None,
+        first_failed_at=progress.first_failure_at,
+    )
+
+
+def _deaths(value: Any) -> list[Mapping[str, Any]]:
+    """The x-death entries, ignoring anything that is not the list of tables the broker writes."""
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes):
+        return []
+    return [entry for entry in value if isinstance(entry, Mapping)]
+
+
+def _describe_death(death: Mapping[str, Any]) -> str:
+    text = f"{_as_text(death.get('reason')) or 'dead-lettered'} in {_as_text(death.get('queue')) or '?'}"
+    count = death.get("count")
+    return f"{text} ({count} times)" if isinstance(count, int) and count > 1 else text
+
+
+def json_safe(value: Any) -> Any:
+    """A copy of a decoded AMQP header value that json.dumps and PostgreSQL's jsonb accept."""
+    if isinstance(value, Mapping):
+        return {_clean(str(k)): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        try:
+            return _clean(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value).decode("ascii")
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # jsonb has no NaN or infinity
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _clean(str(value))
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else ""
+
+
+def _clean(text: str) -> str:
+    # PostgreSQL text and jsonb cannot hold NUL; one in a header must not cost us the dead letter.
+    return text.replace("\x00", "\ufffd")

@@ -1,0 +1,177 @@
+"""The dead-letter store: the `dead_letters` table of shared/schema.sql, read and written here only.
+
+A row is keyed on (run_id, url), so a message delivered twice rewrites its row, and a replayed URL
+that dies again turns its row back to 'dead' instead of adding a second one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from dlq_consumer.record import DeadLetterRecord
+
+State = Literal["dead", "replayed", "all"]
+STATES: tuple[State, ...] = ("dead", "replayed", "all")
+
+Connection = psycopg.Connection[Any]
+
+UPSERT_DEAD_LETTER = """
+INSERT INTO dead_letters (run_id, url, reason, last_error, http_status, attempts, replays,
+                          origin_queue, worker_id, body, x_death, first_failed_at)
+VALUES (%(run_id)s, %(url)s, %(reason)s, %(last_error)s, %(http_status)s, %(attempts)s,
+        %(replays)s, %(origin_queue)s, %(worker_id)s, %(body)s, %(x_death)s,
+        COALESCE(to_timestamp(%(first_failed_at)s::double precision), now()))
+ON CONFLICT (run_id, url) DO UPDATE SET
+    reason = EXCLUDED.reason, last_error = EXCLUDED.last_error,
+    http_status = EXCLUDED.http_status, attempts = EXCLUDED.attempts,
+    -- a stale copy with an older count must not make the URL look replayed fewer times
+    replays = GREATEST(dead_letters.replays, EXCLUDED.replays),
+    origin_queue = EXCLUDED.origin_queue, worker_id = EXCLUDED.worker_id,
+    body = EXCLUDED.body, x_death = EXCLUDED.x_death,
+    last_failed_at = now(), state = 'dead'
+"""
+
+COLUMNS = """id, run_id, url, reason, last_error, http_status, attempts, replays, origin_queue,
+worker_id, body, x_death, first_failed_at, last_failed_at, state, replayed_at"""
+
+# Locks the row until the caller's transaction ends: a second replay skips it, and a new failure
+# of the same URL waits, so it cannot be overwritten by 'replayed' after it was recorded.
+LOCK_NEXT_DEAD = (
+    "SELECT " + COLUMNS + " FROM dead_letters WHERE {where} AND id > %(after_id)s"
+    " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
+
+MARK_REPLAYED = """
+UPDATE dead_letters SET state = 'replayed', replayed_at = now() WHERE id = %(id)s AND state = 'dead'
+"""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which rows an operator means: every field left empty matches everything."""
+
+    run_id: str | None = None
+    reason: str | None = None
+    state: State = "dead"
+    limit: int | None = None
+
+    def where(self) -> tuple[sql.Composable, dict[str, Any]]:
+        clauses: list[sql.Composable] = [sql.SQL("TRUE")]
+        params: dict[str, Any] = {}
+        if self.run_id is not None:
+            clauses.append(sql.SQL("run_id = %(run_id)s"))
+            params["run_id"] = self.run_id
+        if self.reason is not None:
+            clauses.append(sql.SQL("reason = %(reason)s"))
+            params["reason"] = self.reason
+        if self.state != "all":
+            clauses.append(sql.SQL("state = %(state)s"))
+            params["state"] = self.state
+        return sql.SQL(" AND ").join(clauses), params
+
+
+@dataclass(frozen=True)
+class DeadLetterRow:
+    id: int
+    run_id: str
+    url: str
+    reason: str
+    last_error: str
+    http_status: int | None
+    attempts: int
+    replays: int
+    origin_queue: str
+    worker_id: str
+    body: bytes
+    x_death: Any
+    first_failed_at: dt.datetime
+    last_failed_at: dt.datetime
+    state: str
+    replayed_at: dt.datetime | None
+
+    def summary(self) -> dict[str, Any]:
+        """The row as JSON-safe data, without the body (which replay uses, and people rarely)."""
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "url": self.url,
+            "reason": self.reason,
+            "last_error": self.last_error,
+            "http_status": self.http_status,
+            "attempts": self.attempts,
+            "replays": self.replays,
+            "origin_queue": self.origin_queue,
+            "worker_id": self.worker_id,
+            "body_bytes": len(self.body),
+            "x_death": self.x_death,
+            "first_failed_at": self.first_failed_at.isoformat(),
+            "last_failed_at": self.last_failed_at.isoformat(),
+            "state": self.state,
+            "replayed_at": self.replayed_at.isoformat() if self.replayed_at else None,
+        }
+
+
+def upsert(conn: Connection, record: DeadLetterRecord) -> None:
+    """Insert or rewrite the row of this URL; the caller commits."""
+    conn.execute(
+        UPSERT_DEAD_LETTER,
+        {
+            "run_id": record.run_id,
+            "url": record.url,
+            "reason": record.reason,
+            "last_error": record.last_error,
+            "http_status": record.http_status,
+            "attempts": record.attempts,
+            "replays": record.replays,
+            "origin_queue": record.origin_queue,
+            "worker_id": record.worker_id,
+            "body": record.body,
+            "x_death": Jsonb(record.x_death) if record.x_death is not None else None,
+            "first_failed_at": record.first_failed_at,
+        },
+    )
+
+
+def select_rows(conn: Connection, selection: Selection) -> list[DeadLetterRow]:
+    """The selected rows, newest first, so a limit keeps the latest failures."""
+    where, params = selection.where()
+    query = sql.SQL("SELECT {} FROM dead_letters WHERE {} ORDER BY id DESC").format(
+        sql.SQL(COLUMNS), where
+    )
+    if selection.limit is not None:
+        query = sql.SQL("{} LIMIT {}").format(query, sql.Literal(selection.limit))
+    with conn.cursor(row_factory=class_row(DeadLetterRow)) as cur:
+        return cur.execute(query, params).fetchall()
+
+
+def count(conn: Connection, selection: Selection) -> int:
+    where, params = selection.where()
+    row = conn.execute(sql.SQL("SELECT count(*) FROM dead_letters WHERE {}").format(where), params)
+    found = row.fetchone()
+    return int(found[0]) if found else 0
+
+
+def delete(conn: Connection, selection: Selection) -> int:
+    """Delete the selected rows (the limit is ignored); the caller commits."""
+    where, params = selection.where()
+    cur = conn.execute(sql.SQL("DELETE FROM dead_letters WHERE {}").format(where), params)
+    return cur.rowcount
+
+
+def lock_next_dead(conn: Connection, selection: Selection, after_id: int) -> DeadLetterRow | None:
+    """The next selected dead row after `after_id`, locked until the transaction ends."""
+    where, params = Selection(selection.run_id, selection.reason, "dead").where()
+    query = sql.SQL(LOCK_NEXT_DEAD).format(where=where)
+    with conn.cursor(row_factory=class_row(DeadLetterRow)) as cur:
+        return cur.execute(query, {**params, "after_id": after_id}).fetchone()
+
+
+def mark_replayed(conn: Connection, row_id: int) -> None:
+    conn.execute(MARK_REPLAYED, {"id": row_id})
