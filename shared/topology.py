@@ -5,6 +5,8 @@
     worker ──d<ms>.<kind>──▶ <ns>.retry (topic) ──▶ <ns>.retry.<ms>ms ─┘ (TTL, then back to work)
                                                                        ▼
     worker (3rd failure) ─────────────────────────────▶ <ns>.dlx (fanout) ──▶ <ns>.dead ──▶ dlq_consumer
+                                                                    │ (recording failed)
+                                                        <ns>.parked (fanout) ──▶ <ns>.parked
 
 A retried URL waits in the delay queue for its delay length, then the broker dead-letters it
 into the work exchange with its routing key unchanged, and `*.<kind>` sends it back to the queue
@@ -44,6 +46,15 @@ def work_queue(ns: str, kind: str) -> str:
 
 def dead_letter_queue(ns: str) -> str:
     return f"{ns}.dead"
+
+
+def parked_exchange(ns: str) -> str:
+    return f"{ns}.parked"
+
+
+def parked_queue(ns: str) -> str:
+    """Dead letters the dead-letter consumer failed to record: kept for an operator, never dropped."""
+    return f"{ns}.parked"
 
 
 def delay_queue(ns: str, delay_ms: int) -> str:
@@ -119,12 +130,17 @@ def build_topology(settings: Settings) -> Topology:
             replicated({"x-dead-letter-exchange": dlx}),
             ((work_exchange(ns), "*.bulk"),),
         ),
-        Queue(dead_letter_queue(ns), replicated({}), ((dlx, ""),)),
+        Queue(
+            dead_letter_queue(ns),
+            replicated({"x-dead-letter-exchange": parked_exchange(ns)}),
+            ((dlx, ""),),
+        ),
+        Queue(parked_queue(ns), replicated({}), ((parked_exchange(ns), ""),)),
     ]
     if settings.queue_type == "quorum":
         queues = [
             q
-            if "x-max-priority" in q.arguments or q.name == dead_letter_queue(ns)
+            if "x-max-priority" in q.arguments or q.name in (dead_letter_queue(ns), parked_queue(ns))
             else Queue(q.name, {**q.arguments, "x-delivery-limit": POISON_DELIVERY_LIMIT}, q.bindings)
             for q in queues
         ]
@@ -142,6 +158,7 @@ def build_topology(settings: Settings) -> Topology:
             Exchange(work_exchange(ns), "topic"),
             Exchange(retry_exchange(ns), "topic"),
             Exchange(dlx, "fanout"),
+            Exchange(parked_exchange(ns), "fanout"),
         ),
         queues=tuple(queues),
         delays_ms=delays_ms,

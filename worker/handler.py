@@ -87,7 +87,7 @@ class CrawlHandler:
             task = CrawlTask.decode(delivery.body)
         except DecodeError as exc:
             log.warning("undecodable message on %s: %s", delivery.queue, exc.detail)
-            return self._dead_letter(delivery.body, "", progress, exc)
+            return self._dead_letter(delivery.body, delivery.queue, progress, exc)
         try:
             response = self._response_for(task)
             if isinstance(response, Deferred):
