@@ -119,6 +119,10 @@ def publish(channel: BlockingChannel, publication: Publication) -> None:
         raise PublishFailed(f"{publication.exchange}/{publication.routing_key}: {exc}") from None
 
 
+# Raised before anything is sent, for a message pika cannot encode.
+UNPUBLISHABLE: tuple[type[BaseException], ...] = (pika.exceptions.UnsupportedAMQPFieldException, TypeError)
+
+
 class PublishFailed(Exception):
     """The broker nacked or could not route a message. The caller keeps its original."""
 

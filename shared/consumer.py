@@ -206,6 +206,12 @@ class ConsumerRuntime:
         except broker.PublishFailed as exc:
             log.warning("%s could not publish (%s); returning the message to its queue", self.name, exc)
             self._channel.basic_nack(tag, requeue=True)
+        except broker.UNPUBLISHABLE as exc:
+            # Our bug (e.g. a header AMQP cannot encode): dead-letter the original, do not crash-loop.
+            log.error(
+                "%s cannot encode an outgoing message (%s); dead-lettering the original", self.name, exc
+            )
+            self._channel.basic_reject(tag, requeue=False)
         else:
             if outcome.ack:
                 self._channel.basic_ack(tag)

@@ -87,7 +87,8 @@ class Progress:
     def to_headers(self) -> dict[str, Any]:
         headers: dict[str, Any] = {ATTEMPT_HEADER: self.attempt, REPLAY_HEADER: self.replays}
         if self.first_failure_at is not None:
-            headers[FIRST_FAILURE_HEADER] = self.first_failure_at
+            # AMQP tables have no portable float type; whole seconds are plenty here.
+            headers[FIRST_FAILURE_HEADER] = int(self.first_failure_at)
         return headers
 
     def failed_once_more(self, now: float) -> Progress:

@@ -1,0 +1,59 @@
+"""Message encode/decode, and headers that AMQP can actually carry."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+from shared.errors import DecodeError
+from shared.messages import CrawlTask, Failure, Progress
+
+pytestmark = pytest.mark.unit
+
+
+def test_task_round_trips() -> None:
+    task = CrawlTask(url="http://a.test/p", run_id="r", queue="ttl", priority=3, lastmod="2024-01-01",
+                     changefreq="daily", sitemap_priority=0.9, source="http://a.test/sitemap.xml")
+    assert CrawlTask.decode(task.encode()) == task
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"\xff\xfe", "not JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"run_id": "r", "queue": "bulk"}', "'url'"),
+        (b'{"url": "http://a.test/", "run_id": "r", "queue": "elsewhere"}', "unknown queue"),
+        (b'{"url": "http://a.test/", "run_id": "r", "queue": "bulk", "priority": 1, "lastmod": 2, "x": 1, '
+         b'"enqueued_at": "soon", "sitemap_priority": null, "changefreq": null, "source": ""}', None),
+    ],
+)
+def test_bad_bodies_raise_decode_error_with_a_reason(body: bytes, fragment: str | None) -> None:
+    if fragment is None:  # unknown fields are ignored: newer producers may add some
+        assert CrawlTask.decode(body).url == "http://a.test/"
+        return
+    with pytest.raises(DecodeError) as caught:
+        CrawlTask.decode(body)
+    assert caught.value.reason == "undecodable"
+    assert fragment in caught.value.detail
+
+
+def test_progress_and_failure_survive_the_headers() -> None:
+    progress = Progress(attempt=2, replays=1).failed_once_more(now=1700000000.75)
+    failure = Failure("http_500", "server error", 500, "bulk", "host-1")
+    headers = {**progress.to_headers(), **failure.to_headers()}
+    assert Progress.from_headers(headers) == Progress(3, 1, 1700000000)
+    assert Failure.from_headers(headers) == failure
+
+
+def test_every_header_we_write_can_be_encoded_by_amqp() -> None:
+    progress = Progress(attempt=1, replays=2, first_failure_at=1700000000.5)
+    failure = Failure("timeout", "read timed out", None, "ttl", "host-1")
+    properties = pika.BasicProperties(headers={**progress.to_headers(), **failure.to_headers()})
+    assert properties.encode()  # raises UnsupportedAMQPFieldException for e.g. a float
+
+
+def test_missing_or_foreign_headers_read_as_a_fresh_url() -> None:
+    assert Progress.from_headers(None) == Progress()
+    assert Progress.from_headers({"crawl-attempt": "2", "x-death": []}) == Progress()
+    assert Failure.from_headers({}) is None
