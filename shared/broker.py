@@ -70,10 +70,22 @@ def connect(settings: Settings, name: str) -> pika.BlockingConnection:
 
 
 def unavailable(settings: Settings, exc: BaseException) -> ServiceUnavailable:
-    detail = str(exc) or exc.__class__.__name__
-    if isinstance(exc, pika.exceptions.AMQPConnectionError) and exc.args:
-        detail = str(exc.args[0]) or exc.__class__.__name__
-    return ServiceUnavailable("RabbitMQ", redact(settings.amqp_url), detail, START_HINT)
+    return ServiceUnavailable("RabbitMQ", redact(settings.amqp_url), _innermost(exc), START_HINT)
+
+
+def _innermost(exc: BaseException) -> str:
+    """pika wraps the socket error a few layers deep; the operator wants the socket error."""
+    seen: BaseException = exc
+    for _ in range(5):
+        inner = next((a for a in seen.args if isinstance(a, BaseException)), None)
+        inner = inner or next((a for a in seen.args if hasattr(a, "exception")), None)
+        if inner is None:
+            break
+        seen = inner.exception if hasattr(inner, "exception") else inner
+        if isinstance(seen, OSError):
+            return seen.strerror or str(seen)
+    text = str(seen).strip()
+    return text.splitlines()[0] if text else seen.__class__.__name__
 
 
 def declare_topology(connection: pika.BlockingConnection, topology: Topology) -> None:

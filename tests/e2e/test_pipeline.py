@@ -1,0 +1,124 @@
+"""The whole pipeline as separate processes against the demo site: every URL accounted for."""
+
+from __future__ import annotations
+
+import collections
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from demo_site.config import Kind
+from demo_site.server import DemoSite
+from shared import db
+from shared.accounting import account
+from shared.crawl import Processes, run_crawl
+from shared.settings import Settings
+from tests.e2e.conftest import service_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def rows(settings: Settings, query: str, *params: object) -> list[tuple[object, ...]]:
+    with db.connect(settings, autocommit=True) as conn:
+        return list(conn.execute(query, params))  # type: ignore[arg-type]
+
+
+def requests_per_path(site: DemoSite) -> collections.Counter[str]:
+    return collections.Counter(record.path for record in site.records() if record.method == "GET")
+
+
+def crawl(settings: Settings, site: DemoSite, run_id: str, tmp_path: Path, workers: int = 3,
+          **env: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = run_crawl(settings, ["--sitemap", site.config.sitemap_index_url], workers, run_id,
+                     service_env(settings, **env), tmp_path / "logs", 240, out)
+    return code, out.getvalue()
+
+
+def test_every_url_ends_stored_or_dead_exactly_once(settings: Settings, demo_site: DemoSite,
+                                                    tmp_path: Path) -> None:
+    expected = demo_site.config.expected()
+    code, output = crawl(settings, demo_site, "e2e-main", tmp_path)
+    assert code == 0, output
+
+    a = account(settings, "e2e-main")
+    assert a.accounted == expected.unique_total
+    assert f"duplicates        {expected.duplicates:6d}" in output
+
+    stored = {str(url) for (url,) in rows(settings, "SELECT url FROM pages WHERE run_id = %s", "e2e-main")}
+    assert stored == set(expected.normal) | set(expected.flaky)
+    dead = dict(rows(settings, "SELECT url, reason FROM dead_letters WHERE run_id = %s", "e2e-main"))
+    assert dead == {**dict.fromkeys(expected.broken, "http_500"), **dict.fromkeys(expected.missing, "http_404")}
+
+    # Fail-twice pages were stored on their third attempt.
+    attempts = dict(rows(settings, "SELECT url, failed_attempts FROM pages WHERE run_id = %s", "e2e-main"))
+    assert {attempts[url] for url in expected.flaky} == {2}
+    # Always-500 pages were fetched exactly three times, 404s exactly once, good pages once.
+    fetched = requests_per_path(demo_site)
+    config = demo_site.config
+    for n in range(1, config.broken_per_host + 1):
+        assert fetched[config.path(Kind.BROKEN, n)] == 3 * len(config.hosts)
+    for n in range(1, config.missing_per_host + 1):
+        assert fetched[config.path(Kind.MISSING, n)] == len(config.hosts)
+    assert fetched[config.path(Kind.PAGE, 1)] == len(config.hosts)
+    dead_attempts = dict(rows(settings, "SELECT url, attempts FROM dead_letters WHERE run_id = %s", "e2e-main"))
+    assert {dead_attempts[url] for url in expected.broken} == {3}
+    assert {dead_attempts[url] for url in expected.missing} == {1}
+
+    # Fields parsed from the page made it to the row.
+    title, lang, h1, links = rows(
+        settings, "SELECT title, lang, h1, jsonb_array_length(links) FROM pages WHERE url = %s",
+        expected.normal[0],
+    )[0]
+    assert title and h1 and lang == "en" and isinstance(links, int) and links > 0
+
+
+def test_replaying_dead_letters_after_the_site_is_fixed_stores_them(
+    settings: Settings, demo_site: DemoSite, tmp_path: Path
+) -> None:
+    expected = demo_site.config.expected()
+    code, output = crawl(settings, demo_site, "e2e-replay", tmp_path, workers=2)
+    assert code == 0, output
+    demo_site.fix()
+
+    env = service_env(settings)
+    procs = Processes(tmp_path / "replay-logs", env)
+    (tmp_path / "replay-logs").mkdir()
+    procs.start("worker", "worker")
+    procs.start("dlq_consumer", "dlq_consumer")
+    try:
+        replay = subprocess.run(
+            [sys.executable, "-m", "dlq_consumer", "replay", "--run", "e2e-replay", "--reason", "http_500"],
+            env=env, capture_output=True, text=True, check=False, timeout=60,
+        )
+        assert replay.returncode == 0, replay.stderr
+        deadline = time.monotonic() + 60
+        while account(settings, "e2e-replay").stored < len(expected.normal) + len(expected.flaky) + len(
+            expected.broken
+        ):
+            assert time.monotonic() < deadline, "replayed URLs were not stored in time"
+            procs.check_alive()
+            time.sleep(0.25)
+    finally:
+        codes = procs.stop_all()
+    assert set(codes.values()) == {0}
+    a = account(settings, "e2e-replay")
+    assert a.dead_by_reason == {"http_404": len(expected.missing)}
+    replayed = rows(settings, "SELECT count(*) FROM dead_letters WHERE run_id = %s AND state = 'replayed'",
+                    "e2e-replay")
+    assert replayed == [(len(expected.broken),)]
+
+
+def test_a_rate_limited_domain_loses_no_url(settings: Settings, demo_site: DemoSite, tmp_path: Path) -> None:
+    # A low rate and almost no in-process waiting: most URLs are deferred through the broker.
+    expected = demo_site.config.expected()
+    code, output = crawl(settings, demo_site, "e2e-slow", tmp_path, workers=2,
+                         RATE_LIMIT_RPS="4", MAX_INLINE_WAIT_S="0.1")
+    assert code == 0, output
+    a = account(settings, "e2e-slow")
+    assert a.accounted == expected.unique_total
+    assert a.stored == len(expected.normal) + len(expected.flaky)
