@@ -1,4 +1,5 @@
-"""The only module that imports pika. Connections, topology, confirmed publishing.
+"""Connections, topology, confirmed publishing over pika (the producer's pipelined publisher is the
+other module that imports it).
 
 pika errors are translated here: a broker that cannot be reached becomes ServiceUnavailable,
 a queue declared earlier with other arguments becomes ConfigError. pika is not thread-safe: a

@@ -1,0 +1,57 @@
+"""`python -m producer`: read sitemaps, sites and URL files; publish each new URL once."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from producer.service import Options, new_run_id, run
+from shared.cli import configure_logging, run_main
+from shared.settings import Settings
+
+EXIT_PUBLISH_FAILED = 1
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m producer",
+        description="Read sitemaps (XML, gzip, plain text; indexes followed), sites' robots.txt "
+        "and files of URLs; canonicalise and dedupe the URLs and publish each new one to its "
+        "work queue. Prints a JSON summary on stdout; progress goes to stderr. Settings come "
+        "from the environment (see .env.example).",
+    )
+    parser.add_argument("--run-id", default=None,
+                        help="name of this run; dedup is per run, so repeating a run id resumes "
+                        "it without re-publishing (default: date-time plus a random suffix)")
+    parser.add_argument("--sitemap", action="append", default=[], metavar="URL",
+                        help="a sitemap or sitemap index URL (repeatable)")
+    parser.add_argument("--site", action="append", default=[], metavar="ROOT",
+                        help="a site root such as http://127.0.0.1:8000/: its robots.txt "
+                        "Sitemap: lines are read, else /sitemap.xml (repeatable)")
+    parser.add_argument("--urls", action="append", default=[], metavar="FILE",
+                        help="a file of URLs, one per line, '#' starts a comment line (repeatable)")
+    parser.add_argument("--routing", default="", metavar="FILE",
+                        help="routing rules (TOML); overrides ROUTING_FILE")
+    args = parser.parse_args(argv)
+    return Options(
+        run_id=args.run_id or new_run_id(),
+        sitemaps=tuple(args.sitemap),
+        sites=tuple(args.site),
+        url_files=tuple(args.urls),
+        routing_file=args.routing,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_args(argv)
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, "producer")
+    result = run(settings, options)
+    print(json.dumps(result), flush=True)
+    return EXIT_PUBLISH_FAILED if result["publish_failed"] else 0
+
+
+if __name__ == "__main__":
+    run_main("producer", lambda: main(sys.argv[1:]))

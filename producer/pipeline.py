@@ -1,0 +1,232 @@
+"""The producer's loop: URLs in, confirmed tasks out, free of transport details.
+
+    entries → canonicalize (invalid: counted by reason) → batches → dedup claim (one Redis
+    call) → route → publish (confirms pipelined) → confirmed: mark seen + count
+                                                  → failed: retry, then un-mark + count
+
+Several batches are in flight at once, so reading and claiming the next batch overlaps with
+the broker confirming the previous ones. Dedup, the publisher and the clock are injected.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from producer.routing import Router
+from producer.sitemaps import SitemapEntry
+from shared.broker import Publication
+from shared.errors import ServiceUnavailable
+from shared.messages import QUEUE_KINDS, CrawlTask, Progress
+from shared.topology import new_task_routing_key, work_exchange
+from shared.urls import InvalidURL, canonicalize, fingerprint
+
+log = logging.getLogger(__name__)
+
+PUBLISH_ATTEMPTS = 3  # the first try and two retries
+RETRY_PAUSE_S = 1.0
+BATCHES_IN_FLIGHT = 4
+PROGRESS_EVERY_URLS = 10_000
+
+
+class ClaimResult(Protocol):
+    is_new: list[bool]
+    token: bytes
+
+
+class DedupStore(Protocol):
+    def claim(self, fingerprints: Sequence[bytes]) -> ClaimResult: ...
+    def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None: ...
+    def release(self, fingerprints: Sequence[bytes], token: bytes) -> int: ...
+
+
+class Outcomes(Protocol):
+    def wait(self) -> list[bool]: ...
+
+
+class Publisher(Protocol):
+    def submit(self, publications: Sequence[Publication]) -> Outcomes: ...
+    def publish_batch(self, publications: Sequence[Publication]) -> list[bool]: ...
+
+
+@dataclass
+class Counts:
+    urls_seen: int = 0
+    enqueued: dict[str, int] = field(default_factory=lambda: dict.fromkeys(QUEUE_KINDS, 0))
+    duplicates: int = 0
+    invalid: collections.Counter[str] = field(default_factory=collections.Counter)
+    publish_failed: int = 0
+
+    @property
+    def enqueued_total(self) -> int:
+        return sum(self.enqueued.values())
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    entry: SitemapEntry
+    canonical: str
+    fingerprint: bytes
+
+
+@dataclass
+class _InFlight:
+    fingerprints: list[bytes]
+    tasks: list[CrawlTask]
+    publications: list[Publication]
+    token: bytes
+    outcomes: Outcomes
+    duplicates: int
+    invalid: int
+
+
+class Pipeline:
+    def __init__(
+        self,
+        run_id: str,
+        namespace: str,
+        batch_size: int,
+        router: Router,
+        dedup: DedupStore,
+        publisher: Publisher,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.run_id = run_id
+        self.counts = Counts()
+        self._namespace = namespace
+        self._batch_size = batch_size
+        self._router = router
+        self._dedup = dedup
+        self._publisher = publisher
+        self._clock = clock
+        self._sleep = sleep
+        self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._invalid_unreported = 0
+
+    def run(self, entries: Iterable[SitemapEntry]) -> Counts:
+        batch: list[_Candidate] = []
+        try:
+            for entry in entries:
+                self._take(entry, batch)
+                if len(batch) >= self._batch_size:
+                    self._send(batch)
+                    batch = []
+            if batch:
+                self._send(batch)
+        finally:
+            # Even when something broke, settle what is in flight: confirmed URLs get marked,
+            # failed ones un-marked, so the run can be resumed with the same run id.
+            while self._in_flight:
+                self._complete(self._in_flight.popleft())
+        if self._invalid_unreported:
+            self._dedup.confirm([], {"invalid": self._invalid_unreported})
+        self._log_progress("done")
+        return self.counts
+
+    def _take(self, entry: SitemapEntry, batch: list[_Candidate]) -> None:
+        self.counts.urls_seen += 1
+        if self.counts.urls_seen % PROGRESS_EVERY_URLS == 0:
+            self._log_progress("progress")
+        try:
+            canonical = canonicalize(entry.url)
+        except InvalidURL as exc:
+            self.counts.invalid[str(exc)] += 1
+            self._invalid_unreported += 1
+            log.debug("invalid URL from %s: %s", entry.source, exc)
+            return
+        batch.append(_Candidate(entry, canonical, fingerprint(canonical)))
+
+    def _send(self, batch: list[_Candidate]) -> None:
+        claim = self._dedup.claim([c.fingerprint for c in batch])
+        new = [c for c, is_new in zip(batch, claim.is_new, strict=True) if is_new]
+        now = self._clock()
+        tasks = [self._task(c, now) for c in new]
+        publications = [self._publication(task) for task in tasks]
+        fingerprints = [c.fingerprint for c in new]
+        try:
+            outcomes = self._publisher.submit(publications)
+        except ServiceUnavailable:
+            self._dedup.release(fingerprints, claim.token)  # nothing was sent: give them back
+            raise
+        in_flight = _InFlight(
+            fingerprints=fingerprints,
+            tasks=tasks,
+            publications=publications,
+            token=claim.token,
+            outcomes=outcomes,
+            duplicates=len(batch) - len(new),
+            invalid=self._invalid_unreported,
+        )
+        self._invalid_unreported = 0
+        self._in_flight.append(in_flight)
+        while len(self._in_flight) >= BATCHES_IN_FLIGHT:
+            self._complete(self._in_flight.popleft())
+
+    def _task(self, candidate: _Candidate, now: float) -> CrawlTask:
+        entry = candidate.entry
+        route = self._router.route(candidate.canonical, entry.priority, entry.lastmod, now)
+        return CrawlTask(
+            url=candidate.canonical,
+            run_id=self.run_id,
+            queue=route.queue,
+            priority=route.message_priority if route.queue == "priority" else 0,
+            lastmod=entry.lastmod,
+            changefreq=entry.changefreq,
+            sitemap_priority=entry.priority,
+            source=entry.source,
+            enqueued_at=now,
+        )
+
+    def _publication(self, task: CrawlTask) -> Publication:
+        return Publication(
+            exchange=work_exchange(self._namespace),
+            routing_key=new_task_routing_key(task.queue),
+            body=task.encode(),
+            headers=Progress().to_headers(),
+            priority=task.priority if task.queue == "priority" else None,
+        )
+
+    def _complete(self, item: _InFlight) -> None:
+        outcomes = item.outcomes.wait()
+        failed = [i for i, ok in enumerate(outcomes) if not ok]
+        for attempt in range(2, PUBLISH_ATTEMPTS + 1):
+            if not failed:
+                break
+            log.warning("%d publishes not confirmed: attempt %d of %d",
+                        len(failed), attempt, PUBLISH_ATTEMPTS)
+            self._sleep(RETRY_PAUSE_S)
+            try:
+                retried = self._publisher.publish_batch([item.publications[i] for i in failed])
+            except ServiceUnavailable as exc:
+                log.error("cannot retry publishes: %s", exc)
+                break
+            failed = [i for i, ok in zip(failed, retried, strict=True) if not ok]
+        self._settle(item, set(failed))
+
+    def _settle(self, item: _InFlight, failed: set[int]) -> None:
+        confirmed = [i for i in range(len(item.tasks)) if i not in failed]
+        added = dict.fromkeys(QUEUE_KINDS, 0)
+        for i in confirmed:
+            added[item.tasks[i].queue] += 1
+        counters = {f"enqueued.{kind}": n for kind, n in added.items()}
+        counters.update(duplicates=item.duplicates, invalid=item.invalid)
+        self._dedup.confirm([item.fingerprints[i] for i in confirmed], counters)
+        if failed:
+            self._dedup.release([item.fingerprints[i] for i in sorted(failed)], item.token)
+            self.counts.publish_failed += len(failed)
+            log.error("gave up on %d URLs after %d publish attempts (un-marked, a re-run with "
+                      "run id %s will try them again)", len(failed), PUBLISH_ATTEMPTS, self.run_id)
+        for kind, n in added.items():
+            self.counts.enqueued[kind] += n
+        self.counts.duplicates += item.duplicates
+
+    def _log_progress(self, what: str) -> None:
+        counts = self.counts
+        log.info("%s: %d URLs read, %d enqueued, %d duplicates, %d invalid, %d failed", what,
+                 counts.urls_seen, counts.enqueued_total, counts.duplicates,
+                 sum(counts.invalid.values()), counts.publish_failed)

@@ -1,0 +1,132 @@
+"""URL canonicalisation and fingerprints.
+
+Two spellings of the same page must dedupe to one task, so every URL that enters the pipeline
+goes through `canonicalize` first. Anything that is not a fetchable http(s) URL is refused here,
+with InvalidURL, before it costs a queue slot. On arbitrary text nothing but InvalidURL escapes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from urllib.parse import SplitResult, urlsplit, urlunsplit
+
+from w3lib.url import canonicalize_url
+
+from shared.errors import PermanentError
+
+MAX_URL_CHARS = 2048  # what browsers and most servers accept in practice
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# Schemes named in an error; any other shows as "other", so hostile input cannot grow the
+# table of invalid-URL reasons without bound.
+_NAMED_SCHEMES = frozenset(
+    {"ftp", "ftps", "file", "mailto", "javascript", "data", "tel", "sms", "ws", "wss", "urn"}
+)
+FINGERPRINT_BYTES = 10
+# A host after IDNA encoding: dot-separated labels of letters, digits, '-' and '_' (some real
+# hosts have underscores), an optional root dot; or a bracketed IPv6 literal.
+_WHITESPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
+_HOST = re.compile(r"(?:[a-z0-9_-]+\.)*[a-z0-9_-]+\.?|\[[0-9a-f:.]+\]")
+
+
+class InvalidURL(PermanentError):
+    """A URL the pipeline will not fetch; `detail` says what is wrong, never the URL itself, so
+    counts of reasons stay a short list."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("invalid_url", detail)
+
+
+def canonicalize(url: str) -> str:
+    """The one spelling of `url` used for dedup and fetching.
+
+    Lowercase scheme and host, default port dropped, dot segments resolved, empty path as '/',
+    percent-encoding normalised, query arguments sorted, fragment dropped. Surrounding
+    whitespace is ignored, as browsers do; whitespace inside is an error.
+    """
+    if not isinstance(url, str):
+        raise InvalidURL("not a string")
+    url = url.strip()
+    _check_text(url)
+    parts = _split(url)
+    try:
+        canonical = canonicalize_url(url)
+    except Exception as exc:  # w3lib raises assorted errors on odd hosts; one reason for all
+        raise InvalidURL(f"cannot be parsed ({exc.__class__.__name__})") from None
+    # w3lib keeps scheme, host and port as they were checked above: no second full check.
+    result = urlunsplit(_without_default_port(urlsplit(canonical), parts.scheme.lower()))
+    if len(result) > MAX_URL_CHARS:
+        raise InvalidURL(f"longer than {MAX_URL_CHARS} characters once percent-encoded")
+    return result
+
+
+def fingerprint(canonical: str) -> bytes:
+    """A 10-byte digest of a canonical URL.
+
+    80 bits: among n URLs the chance of any two sharing a fingerprint is about n²/2^81, i.e.
+    about 4e-9 for 100 million URLs, so a collision (one URL wrongly taken for a duplicate) is
+    not worth storing whole URLs for. Dedup uses the first 2 bytes to pick one of 65,536 small
+    Redis hashes and the other 8 as the field inside it.
+    """
+    return hashlib.blake2b(canonical.encode("utf-8"), digest_size=FINGERPRINT_BYTES).digest()
+
+
+def domain_of(url: str) -> str:
+    """host[:port] of a canonical URL in lower case, default port left out: the unit that
+    politeness limits apply to."""
+    parts = _split(url.strip())
+    host = _host_for_netloc(parts.hostname or "")
+    port = _port(parts)
+    if port is None or port == DEFAULT_PORTS.get(parts.scheme.lower()):
+        return host
+    return f"{host}:{port}"
+
+
+def _check_text(url: str) -> None:
+    if not url:
+        raise InvalidURL("empty")
+    if len(url) > MAX_URL_CHARS:
+        raise InvalidURL(f"longer than {MAX_URL_CHARS} characters")
+    if _WHITESPACE_OR_CONTROL.search(url):
+        raise InvalidURL("contains whitespace or control characters")
+
+
+def _split(url: str) -> SplitResult:
+    """Split and check the parts every fetchable URL must have."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unbalanced '[' in the host
+        raise InvalidURL("cannot be parsed (malformed host)") from None
+    scheme = parts.scheme.lower()
+    if not scheme:
+        raise InvalidURL("no scheme (expected http:// or https://)")
+    if scheme not in DEFAULT_PORTS:
+        shown = repr(scheme) if scheme in _NAMED_SCHEMES else "(other)"
+        raise InvalidURL(f"scheme {shown} not http/https")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidURL("credentials in URL")
+    if not parts.hostname:
+        raise InvalidURL("no host")
+    _port(parts)
+    return parts
+
+
+def _port(parts: SplitResult) -> int | None:
+    try:
+        return parts.port
+    except ValueError:
+        raise InvalidURL("invalid port") from None
+
+
+def _host_for_netloc(host: str) -> str:
+    host = host.lower()
+    return f"[{host}]" if ":" in host else host  # IPv6 literals keep their brackets
+
+
+def _without_default_port(parts: SplitResult, scheme: str) -> SplitResult:
+    host = _host_for_netloc(parts.hostname or "")
+    if not _HOST.fullmatch(host):
+        raise InvalidURL("invalid host")
+    port = _port(parts)
+    netloc = host if port is None or port == DEFAULT_PORTS[scheme] else f"{host}:{port}"
+    return parts._replace(scheme=scheme, netloc=netloc, path=parts.path or "/", fragment="")
