@@ -52,7 +52,9 @@ def _add_filters(parser: argparse.ArgumentParser, default_state: store.State | N
     parser.add_argument("--reason", metavar="R", help="only this reason (e.g. http_404, expired)")
     if default_state is not None:  # replay only ever takes rows that are still dead
         parser.add_argument(
-            "--state", choices=store.STATES, default=default_state,
+            "--state",
+            choices=store.STATES,
+            default=default_state,
             help=f"rows in this state (default {default_state})",
         )
 
@@ -114,7 +116,9 @@ def replay_rows(
         broker.declare_topology(connection, build_topology(settings))
         channel = broker.confirm_channel(connection)
         result = replay(
-            conn, lambda publication: broker.publish(channel, publication), selection,
+            conn,
+            lambda publication: broker.publish(channel, publication),
+            selection,
             settings.crawl_namespace,
         )
     except broker.PublishFailed as exc:
@@ -147,8 +151,7 @@ def _cell(value: Any) -> Any:
 def _table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
     )
 
 

@@ -45,7 +45,11 @@ class DeadLetterRecorder:
             raise
         log.info(
             "dead letter %s run=%s reason=%s attempts=%d replays=%d",
-            record.url, record.run_id, record.reason, record.attempts, record.replays,
+            record.url,
+            record.run_id,
+            record.reason,
+            record.attempts,
+            record.replays,
         )
         return Outcome.done()
 

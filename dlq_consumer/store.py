@@ -142,9 +142,7 @@ def upsert(conn: Connection, record: DeadLetterRecord) -> None:
 def select_rows(conn: Connection, selection: Selection) -> list[DeadLetterRow]:
     """The selected rows, newest first, so a limit keeps the latest failures."""
     where, params = selection.where()
-    query = sql.SQL("SELECT {} FROM dead_letters WHERE {} ORDER BY id DESC").format(
-        sql.SQL(COLUMNS), where
-    )
+    query = sql.SQL("SELECT {} FROM dead_letters WHERE {} ORDER BY id DESC").format(sql.SQL(COLUMNS), where)
     if selection.limit is not None:
         query = sql.SQL("{} LIMIT {}").format(query, sql.Literal(selection.limit))
     with conn.cursor(row_factory=class_row(DeadLetterRow)) as cur:

@@ -22,18 +22,37 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "work queue. Prints a JSON summary on stdout; progress goes to stderr. Settings come "
         "from the environment (see .env.example).",
     )
-    parser.add_argument("--run-id", default=None,
-                        help="name of this run; dedup is per run, so repeating a run id resumes "
-                        "it without re-publishing (default: date-time plus a random suffix)")
-    parser.add_argument("--sitemap", action="append", default=[], metavar="URL",
-                        help="a sitemap or sitemap index URL (repeatable)")
-    parser.add_argument("--site", action="append", default=[], metavar="ROOT",
-                        help="a site root such as http://127.0.0.1:8000/: its robots.txt "
-                        "Sitemap: lines are read, else /sitemap.xml (repeatable)")
-    parser.add_argument("--urls", action="append", default=[], metavar="FILE",
-                        help="a file of URLs, one per line, '#' starts a comment line (repeatable)")
-    parser.add_argument("--routing", default="", metavar="FILE",
-                        help="routing rules (TOML); overrides ROUTING_FILE")
+    parser.add_argument(
+        "--run-id",
+        default=None,
+        help="name of this run; dedup is per run, so repeating a run id resumes "
+        "it without re-publishing (default: date-time plus a random suffix)",
+    )
+    parser.add_argument(
+        "--sitemap",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a sitemap or sitemap index URL (repeatable)",
+    )
+    parser.add_argument(
+        "--site",
+        action="append",
+        default=[],
+        metavar="ROOT",
+        help="a site root such as http://127.0.0.1:8000/: its robots.txt "
+        "Sitemap: lines are read, else /sitemap.xml (repeatable)",
+    )
+    parser.add_argument(
+        "--urls",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file of URLs, one per line, '#' starts a comment line (repeatable)",
+    )
+    parser.add_argument(
+        "--routing", default="", metavar="FILE", help="routing rules (TOML); overrides ROUTING_FILE"
+    )
     args = parser.parse_args(argv)
     return Options(
         run_id=args.run_id or new_run_id(),

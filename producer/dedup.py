@@ -128,9 +128,7 @@ class Claim:
 class Dedup:
     """Claim, confirm and release fingerprints of one run."""
 
-    def __init__(
-        self, client: redis.Redis, keys: Keys, run_id: str, lease_s: int = DEFAULT_LEASE_S
-    ) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, run_id: str, lease_s: int = DEFAULT_LEASE_S) -> None:
         self._client = client
         self._keys = keys
         self._run_id = run_id

@@ -197,8 +197,9 @@ class Pipeline:
         for attempt in range(2, PUBLISH_ATTEMPTS + 1):
             if not failed:
                 break
-            log.warning("%d publishes not confirmed: attempt %d of %d",
-                        len(failed), attempt, PUBLISH_ATTEMPTS)
+            log.warning(
+                "%d publishes not confirmed: attempt %d of %d", len(failed), attempt, PUBLISH_ATTEMPTS
+            )
             self._sleep(RETRY_PAUSE_S)
             try:
                 retried = self._publisher.publish_batch([item.publications[i] for i in failed])
@@ -219,14 +220,25 @@ class Pipeline:
         if failed:
             self._dedup.release([item.fingerprints[i] for i in sorted(failed)], item.token)
             self.counts.publish_failed += len(failed)
-            log.error("gave up on %d URLs after %d publish attempts (un-marked, a re-run with "
-                      "run id %s will try them again)", len(failed), PUBLISH_ATTEMPTS, self.run_id)
+            log.error(
+                "gave up on %d URLs after %d publish attempts (un-marked, a re-run with "
+                "run id %s will try them again)",
+                len(failed),
+                PUBLISH_ATTEMPTS,
+                self.run_id,
+            )
         for kind, n in added.items():
             self.counts.enqueued[kind] += n
         self.counts.duplicates += item.duplicates
 
     def _log_progress(self, what: str) -> None:
         counts = self.counts
-        log.info("%s: %d URLs read, %d enqueued, %d duplicates, %d invalid, %d failed", what,
-                 counts.urls_seen, counts.enqueued_total, counts.duplicates,
-                 sum(counts.invalid.values()), counts.publish_failed)
+        log.info(
+            "%s: %d URLs read, %d enqueued, %d duplicates, %d invalid, %d failed",
+            what,
+            counts.urls_seen,
+            counts.enqueued_total,
+            counts.duplicates,
+            sum(counts.invalid.values()),
+            counts.publish_failed,
+        )

@@ -38,9 +38,7 @@ CLOSE_TIMEOUT_S = 10.0
 class PendingBatch:
     """One submitted batch; `wait()` returns its outcomes, True = confirmed."""
 
-    def __init__(
-        self, size: int, link: _Link | None = None, timeout_s: float = CONFIRM_TIMEOUT_S
-    ) -> None:
+    def __init__(self, size: int, link: _Link | None = None, timeout_s: float = CONFIRM_TIMEOUT_S) -> None:
         self.results: list[bool | None] = [None] * size
         self._unresolved = size
         self._done = threading.Event()
@@ -74,8 +72,9 @@ class PendingBatch:
 class ConfirmingPublisher:
     """Publishes batches of Publications over one connection, reconnecting when it was lost."""
 
-    def __init__(self, settings: Settings, name: str = "producer",
-                 confirm_timeout_s: float = CONFIRM_TIMEOUT_S) -> None:
+    def __init__(
+        self, settings: Settings, name: str = "producer", confirm_timeout_s: float = CONFIRM_TIMEOUT_S
+    ) -> None:
         self._settings = settings
         self._name = name
         self._confirm_timeout_s = confirm_timeout_s
@@ -219,9 +218,7 @@ class _Link:
 
     def _close_connection(self) -> None:
         self.usable = False
-        if self._connection is not None and not (
-            self._connection.is_closing or self._connection.is_closed
-        ):
+        if self._connection is not None and not (self._connection.is_closing or self._connection.is_closed):
             self._connection.close()
 
     def publish_all(self, publications: list[Publication], batch: PendingBatch) -> None:
@@ -235,8 +232,11 @@ class _Link:
             properties.message_id = str(tag)
             try:
                 self._channel.basic_publish(
-                    publication.exchange, publication.routing_key, publication.body,
-                    properties, mandatory=True,
+                    publication.exchange,
+                    publication.routing_key,
+                    publication.body,
+                    properties,
+                    mandatory=True,
                 )
             except (pika.exceptions.AMQPError, OSError) as exc:
                 # Delivery tags may no longer line up with the broker's count: start afresh.
@@ -248,8 +248,12 @@ class _Link:
             self._pending[tag] = (batch, index)
 
     def _on_return(self, _channel: Any, method: Any, properties: Any, _body: bytes) -> None:
-        log.warning("broker returned a message: %s %s (routing key %s)",
-                    method.reply_code, method.reply_text, method.routing_key)
+        log.warning(
+            "broker returned a message: %s %s (routing key %s)",
+            method.reply_code,
+            method.reply_text,
+            method.routing_key,
+        )
         if properties.message_id and properties.message_id.isdigit():
             self._returned.add(int(properties.message_id))
 

@@ -65,9 +65,7 @@ class Router:
     rules: tuple[Rule, ...]
     source: str  # the file the rules came from, for log lines
 
-    def route(
-        self, url: str, sitemap_priority: float | None, lastmod: str | None, now: float
-    ) -> Route:
+    def route(self, url: str, sitemap_priority: float | None, lastmod: str | None, now: float) -> Route:
         lastmod_at = parse_lastmod(lastmod) if lastmod else None
         for rule in self.rules:
             if rule.matches(url, sitemap_priority, lastmod_at, now):
@@ -112,8 +110,9 @@ def parse_rules(raw: bytes, name: str) -> tuple[Rule, ...]:
         raise ConfigError(f"routing file {name}: not valid TOML ({exc})") from None
     unknown = sorted(set(document) - {"rule"})
     if unknown:
-        raise ConfigError(f"routing file {name}: unknown top-level key {unknown[0]!r} "
-                          "(rules go in [[rule]] tables)")
+        raise ConfigError(
+            f"routing file {name}: unknown top-level key {unknown[0]!r} (rules go in [[rule]] tables)"
+        )
     tables = document.get("rule")
     if not isinstance(tables, list) or not tables:
         raise ConfigError(f"routing file {name}: no [[rule]] tables")
@@ -126,8 +125,7 @@ def _rule(table: dict[str, Any], where: str) -> Rule:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r}")
     queue = table.get("queue")
     if queue not in QUEUE_KINDS:
-        raise ConfigError(f"{where}: field 'queue': expected one of {', '.join(QUEUE_KINDS)}, "
-                          f"got {queue!r}")
+        raise ConfigError(f"{where}: field 'queue': expected one of {', '.join(QUEUE_KINDS)}, got {queue!r}")
     pattern = table.get("url_pattern")
     compiled: re.Pattern[str] | None = None
     if pattern is not None:
@@ -140,20 +138,24 @@ def _rule(table: dict[str, Any], where: str) -> Rule:
     min_priority = _number(table, "min_sitemap_priority", where, 0.0, 1.0)
     within_h = _number(table, "lastmod_within_h", where, 0.0, None)
     message_priority = table.get("message_priority", 0)
-    if isinstance(message_priority, bool) or not isinstance(message_priority, int) or not (
-        0 <= message_priority <= MAX_MESSAGE_PRIORITY
+    if (
+        isinstance(message_priority, bool)
+        or not isinstance(message_priority, int)
+        or not (0 <= message_priority <= MAX_MESSAGE_PRIORITY)
     ):
-        raise ConfigError(f"{where}: field 'message_priority': expected a whole number "
-                          f"0..{MAX_MESSAGE_PRIORITY}, got {message_priority!r}")
+        raise ConfigError(
+            f"{where}: field 'message_priority': expected a whole number "
+            f"0..{MAX_MESSAGE_PRIORITY}, got {message_priority!r}"
+        )
     if message_priority and queue != "priority":
-        raise ConfigError(f"{where}: field 'message_priority': only the priority queue "
-                          f"orders by it, this rule sends to {queue!r}")
+        raise ConfigError(
+            f"{where}: field 'message_priority': only the priority queue "
+            f"orders by it, this rule sends to {queue!r}"
+        )
     return Rule(queue, compiled, min_priority, within_h, message_priority)
 
 
-def _number(
-    table: dict[str, Any], key: str, where: str, low: float, high: float | None
-) -> float | None:
+def _number(table: dict[str, Any], key: str, where: str, low: float, high: float | None) -> float | None:
     value = table.get(key)
     if value is None:
         return None

@@ -51,8 +51,7 @@ class Options:
 
 def check_options(options: Options) -> None:
     if not RUN_ID_PATTERN.fullmatch(options.run_id):
-        raise ConfigError(f"--run-id: use up to 64 letters, digits, '.', '-' or '_', "
-                          f"got {options.run_id!r}")
+        raise ConfigError(f"--run-id: use up to 64 letters, digits, '.', '-' or '_', got {options.run_id!r}")
     if not (options.sitemaps or options.sites or options.url_files):
         raise ConfigError("nothing to read: give at least one --sitemap, --site or --urls")
     for flag, urls in (("--sitemap", options.sitemaps), ("--site", options.sites)):
@@ -92,9 +91,7 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
                 Dedup(client, Keys(settings.redis_prefix), options.run_id),
                 publisher,
             )
-            counts = pipeline.run(
-                all_entries(reader, options.sitemaps, options.sites, options.url_files)
-            )
+            counts = pipeline.run(all_entries(reader, options.sitemaps, options.sites, options.url_files))
     finally:
         fetcher.close()
         client.close()

@@ -132,9 +132,7 @@ class SitemapReader:
         self.failures.append(SitemapFailure(url, error))
 
 
-def parse_sitemap(
-    body: bytes, source: str, max_bytes: int
-) -> Iterator[SitemapEntry | ChildSitemap]:
+def parse_sitemap(body: bytes, source: str, max_bytes: int) -> Iterator[SitemapEntry | ChildSitemap]:
     """Entries of a urlset, children of an index, or lines of a plain-text sitemap.
 
     gzip is recognised by its magic bytes, not by name: servers and names both lie.
@@ -201,7 +199,10 @@ def _parse_text(stream: _CappedReader, source: str) -> Iterator[SitemapEntry]:
 
 def _parse_xml(stream: _CappedReader, source: str) -> Iterator[SitemapEntry | ChildSitemap]:
     events = defusedxml.ElementTree.iterparse(
-        stream, events=("start", "end"), forbid_dtd=True, forbid_entities=True,
+        stream,
+        events=("start", "end"),
+        forbid_dtd=True,
+        forbid_entities=True,
         forbid_external=True,
     )
     root: Element | None = None

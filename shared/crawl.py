@@ -19,14 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import redis
+
 from shared.accounting import Accounting, account
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
+from shared.keys import Keys
 from shared.settings import Settings
+from worker.redis_errors import translate_redis_errors
 
 STOP_TIMEOUT_S = 30.0
-# Short retry delays so that a demo's fail-twice pages finish in seconds, not minutes.
-DEMO_ENV = {"RETRY_DELAYS_S": "0.5,1", "RATE_LIMIT_RPS": "20"}
+# Short retry delays so that a demo's fail-twice pages finish in seconds, not minutes. The demo
+# keeps its Redis keys under a prefix of its own, and starts from an empty response cache so
+# that every demo fetches for real and prints the same figures.
+DEMO_ENV = {"RETRY_DELAYS_S": "0.5,1", "RATE_LIMIT_RPS": "20", "REDIS_PREFIX": "demo"}
 
 
 def new_run_id(prefix: str = "run") -> str:
@@ -221,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     from demo_site.runner import serve_demo_site
 
+    forget_cached_responses(settings)
+
     with serve_demo_site(log_dir, env) as site_root:
         print(
             f"demo site: serving {site_root} (and two more loopback hosts); "
@@ -236,6 +244,17 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             sys.stdout,
         )
+
+
+def forget_cached_responses(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5)
+    try:
+        with translate_redis_errors(settings.redis_url):
+            keys = list(client.scan_iter(Keys(settings.redis_prefix).cache("*"), count=1000))
+            if keys:
+                client.delete(*keys)
+    finally:
+        client.close()
 
 
 def _repeat(flag: str, values: list[str]) -> list[str]:

@@ -67,8 +67,7 @@ def queue_roles(settings: Settings) -> list[tuple[str, str]]:
     work = set(topology.work_queues())
     dead = dead_letter_queue(settings.crawl_namespace)
     return [
-        (q.name, "work" if q.name in work else "dead" if q.name == dead else "delay")
-        for q in topology.queues
+        (q.name, "work" if q.name in work else "dead" if q.name == dead else "delay") for q in topology.queues
     ]
 
 
@@ -90,9 +89,17 @@ def management_queues(settings: Settings, get: HttpGet) -> list[QueueStatus] | N
             result.append(QueueStatus(name, role, False, None, None, None))
             continue
         # A queue declared a moment ago has no statistics until the next refresh.
-        result.append(QueueStatus(name, role, True, *(
-            _int_or_none(found.get(k)) for k in ("messages_ready", "messages_unacknowledged", "consumers")
-        )))
+        result.append(
+            QueueStatus(
+                name,
+                role,
+                True,
+                *(
+                    _int_or_none(found.get(k))
+                    for k in ("messages_ready", "messages_unacknowledged", "consumers")
+                ),
+            )
+        )
     return result
 
 
@@ -195,10 +202,19 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines += ["", "latest runs"]
         header = ("run", "pages", "dead", "skips", "last activity")
-        lines += _table([header] + [
-            (r["run_id"] or "(no run id)", str(r["pages"]), str(r["dead_letters"]), str(r["skips"]),
-             r["last_activity"]) for r in report["runs"]
-        ])
+        lines += _table(
+            [header]
+            + [
+                (
+                    r["run_id"] or "(no run id)",
+                    str(r["pages"]),
+                    str(r["dead_letters"]),
+                    str(r["skips"]),
+                    r["last_activity"],
+                )
+                for r in report["runs"]
+            ]
+        )
     return "\n".join(lines)
 
 

@@ -31,16 +31,26 @@ def requests_per_path(site: DemoSite) -> collections.Counter[str]:
     return collections.Counter(record.path for record in site.records() if record.method == "GET")
 
 
-def crawl(settings: Settings, site: DemoSite, run_id: str, tmp_path: Path, workers: int = 3,
-          **env: str) -> tuple[int, str]:
+def crawl(
+    settings: Settings, site: DemoSite, run_id: str, tmp_path: Path, workers: int = 3, **env: str
+) -> tuple[int, str]:
     out = io.StringIO()
-    code = run_crawl(settings, ["--sitemap", site.config.sitemap_index_url], workers, run_id,
-                     service_env(settings, **env), tmp_path / "logs", 240, out)
+    code = run_crawl(
+        settings,
+        ["--sitemap", site.config.sitemap_index_url],
+        workers,
+        run_id,
+        service_env(settings, **env),
+        tmp_path / "logs",
+        240,
+        out,
+    )
     return code, out.getvalue()
 
 
-def test_every_url_ends_stored_or_dead_exactly_once(settings: Settings, demo_site: DemoSite,
-                                                    tmp_path: Path) -> None:
+def test_every_url_ends_stored_or_dead_exactly_once(
+    settings: Settings, demo_site: DemoSite, tmp_path: Path
+) -> None:
     expected = demo_site.config.expected()
     code, output = crawl(settings, demo_site, "e2e-main", tmp_path)
     assert code == 0, output
@@ -52,7 +62,10 @@ def test_every_url_ends_stored_or_dead_exactly_once(settings: Settings, demo_sit
     stored = {str(url) for (url,) in rows(settings, "SELECT url FROM pages WHERE run_id = %s", "e2e-main")}
     assert stored == set(expected.normal) | set(expected.flaky)
     dead = dict(rows(settings, "SELECT url, reason FROM dead_letters WHERE run_id = %s", "e2e-main"))
-    assert dead == {**dict.fromkeys(expected.broken, "http_500"), **dict.fromkeys(expected.missing, "http_404")}
+    assert dead == {
+        **dict.fromkeys(expected.broken, "http_500"),
+        **dict.fromkeys(expected.missing, "http_404"),
+    }
 
     # Fail-twice pages were stored on their third attempt.
     attempts = dict(rows(settings, "SELECT url, failed_attempts FROM pages WHERE run_id = %s", "e2e-main"))
@@ -65,13 +78,16 @@ def test_every_url_ends_stored_or_dead_exactly_once(settings: Settings, demo_sit
     for n in range(1, config.missing_per_host + 1):
         assert fetched[config.path(Kind.MISSING, n)] == len(config.hosts)
     assert fetched[config.path(Kind.PAGE, 1)] == len(config.hosts)
-    dead_attempts = dict(rows(settings, "SELECT url, attempts FROM dead_letters WHERE run_id = %s", "e2e-main"))
+    dead_attempts = dict(
+        rows(settings, "SELECT url, attempts FROM dead_letters WHERE run_id = %s", "e2e-main")
+    )
     assert {dead_attempts[url] for url in expected.broken} == {3}
     assert {dead_attempts[url] for url in expected.missing} == {1}
 
     # Fields parsed from the page made it to the row.
     title, lang, h1, links = rows(
-        settings, "SELECT title, lang, h1, jsonb_array_length(links) FROM pages WHERE url = %s",
+        settings,
+        "SELECT title, lang, h1, jsonb_array_length(links) FROM pages WHERE url = %s",
         expected.normal[0],
     )[0]
     assert title and h1 and lang == "en" and isinstance(links, int) and links > 0
@@ -93,7 +109,11 @@ def test_replaying_dead_letters_after_the_site_is_fixed_stores_them(
     try:
         replay = subprocess.run(
             [sys.executable, "-m", "dlq_consumer", "replay", "--run", "e2e-replay", "--reason", "http_500"],
-            env=env, capture_output=True, text=True, check=False, timeout=60,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
         )
         assert replay.returncode == 0, replay.stderr
         deadline = time.monotonic() + 60
@@ -108,16 +128,18 @@ def test_replaying_dead_letters_after_the_site_is_fixed_stores_them(
     assert set(codes.values()) == {0}
     a = account(settings, "e2e-replay")
     assert a.dead_by_reason == {"http_404": len(expected.missing)}
-    replayed = rows(settings, "SELECT count(*) FROM dead_letters WHERE run_id = %s AND state = 'replayed'",
-                    "e2e-replay")
+    replayed = rows(
+        settings, "SELECT count(*) FROM dead_letters WHERE run_id = %s AND state = 'replayed'", "e2e-replay"
+    )
     assert replayed == [(len(expected.broken),)]
 
 
 def test_a_rate_limited_domain_loses_no_url(settings: Settings, demo_site: DemoSite, tmp_path: Path) -> None:
     # A low rate and almost no in-process waiting: most URLs are deferred through the broker.
     expected = demo_site.config.expected()
-    code, output = crawl(settings, demo_site, "e2e-slow", tmp_path, workers=2,
-                         RATE_LIMIT_RPS="4", MAX_INLINE_WAIT_S="0.1")
+    code, output = crawl(
+        settings, demo_site, "e2e-slow", tmp_path, workers=2, RATE_LIMIT_RPS="4", MAX_INLINE_WAIT_S="0.1"
+    )
     assert code == 0, output
     a = account(settings, "e2e-slow")
     assert a.accounted == expected.unique_total

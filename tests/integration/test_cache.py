@@ -53,9 +53,7 @@ def make_cache(
     max_body_bytes: int = 10_000,
     enabled: bool = True,
 ) -> ResponseCache:
-    return ResponseCache(
-        client, keys, ttl_s, max_body_bytes, enabled, clock=lambda: 1_700_000_000.5
-    )
+    return ResponseCache(client, keys, ttl_s, max_body_bytes, enabled, clock=lambda: 1_700_000_000.5)
 
 
 def test_round_trip(client: redis.Redis, keys: Keys) -> None:
@@ -128,9 +126,7 @@ def test_disabled_cache_neither_stores_nor_reads(client: redis.Redis, keys: Keys
     [b"no header line", b"not json\n", b'{"v":99}\n', b'{"v":1,"url":"u"}\nnot zlib'],
     ids=["no-newline", "bad-json", "other-version", "bad-body"],
 )
-def test_undecodable_entry_is_a_miss(
-    client: redis.Redis, keys: Keys, value: bytes
-) -> None:
+def test_undecodable_entry_is_a_miss(client: redis.Redis, keys: Keys, value: bytes) -> None:
     client.set(keys.cache(FP), value)
     assert make_cache(client, keys).get(FP) is None
 

@@ -71,8 +71,9 @@ def get_one(settings: Settings, queue: str, timeout_s: float = 10) -> Delivery:
         while True:
             method, properties, body = channel.basic_get(queue, auto_ack=True)
             if method is not None:
-                return Delivery(queue, body, properties.headers or {}, bool(method.redelivered),
-                                properties.priority or 0)
+                return Delivery(
+                    queue, body, properties.headers or {}, bool(method.redelivered), properties.priority or 0
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"no message arrived in {queue}")
             time.sleep(0.05)
@@ -136,8 +137,12 @@ def test_the_consumer_records_and_acks_what_reaches_the_dead_queue(
     )
     thread.start()
     try:
-        publish(short_ttl, broker.Publication(work_exchange(ns), new_task_routing_key("ttl"),
-                                              task(url="https://example.com/late").encode()))
+        publish(
+            short_ttl,
+            broker.Publication(
+                work_exchange(ns), new_task_routing_key("ttl"), task(url="https://example.com/late").encode()
+            ),
+        )
         publish(short_ttl, broker.Publication(dead_letter_exchange(ns), "", b"\x00garbage"))
         wait_for(lambda: len(rows(conn)) == 2)
     finally:
@@ -214,14 +219,25 @@ def cli(settings: Settings, *args: str, database_url: str | None = None) -> subp
     }
     return subprocess.run(
         [sys.executable, "-m", "dlq_consumer", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
 def test_list_prints_the_rows_of_a_run_as_json(settings: Settings, conn: psycopg.Connection[Any]) -> None:
     for n in range(3):
-        record(conn, settings, failed(task(url=f"https://example.com/{n}").encode(),
-                                      Failure("http_404", http_status=404).to_headers()))
+        record(
+            conn,
+            settings,
+            failed(
+                task(url=f"https://example.com/{n}").encode(),
+                Failure("http_404", http_status=404).to_headers(),
+            ),
+        )
     record(conn, settings, failed(task(run_id="other").encode(), Failure("timeout").to_headers()))
 
     done = cli(settings, "list", "--run", "run1", "--json")

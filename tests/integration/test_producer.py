@@ -98,8 +98,10 @@ def site() -> Iterator[LocalSite]:
 
 def test_http_fetcher_caps_bodies_and_reports_errors_in_one_line(settings: Settings) -> None:
     small = dataclasses.replace(settings, max_sitemap_bytes=100_000)
-    with LocalSite({"/ok.xml": b"x" * 100_000, "/big.xml": b"x" * 100_001}) as served, \
-            HttpFetcher(small) as fetch:
+    with (
+        LocalSite({"/ok.xml": b"x" * 100_000, "/big.xml": b"x" * 100_001}) as served,
+        HttpFetcher(small) as fetch,
+    ):
         assert fetch(served.root + "/ok.xml") == b"x" * 100_000
         with pytest.raises(FetchFailed, match="larger than 100000 bytes"):
             fetch(served.root + "/big.xml")
@@ -137,8 +139,13 @@ def test_site_run_publishes_each_new_url_once(settings: Settings, site: LocalSit
         stats = client.hgetall(Keys(settings.redis_prefix).run_stats("it-1"))
     finally:
         client.close()
-    assert stats == {b"enqueued.priority": b"5", b"enqueued.ttl": b"7", b"enqueued.bulk": b"20",
-                     b"duplicates": b"1", b"invalid": b"1"}
+    assert stats == {
+        b"enqueued.priority": b"5",
+        b"enqueued.ttl": b"7",
+        b"enqueued.bulk": b"20",
+        b"duplicates": b"1",
+        b"invalid": b"1",
+    }
 
     # The same run again: everything is a duplicate, nothing new is published.
     again = run(settings, Options(run_id="it-1", sites=(site.root + "/",)))
@@ -202,7 +209,11 @@ def test_publisher_against_a_closed_port_is_service_unavailable() -> None:
 def run_producer_process(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "producer", *args],
-        cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -214,8 +225,10 @@ def test_help() -> None:
 
 def test_unreachable_broker_is_one_line_on_stderr() -> None:
     done = run_producer_process(
-        "--sitemap", "http://127.0.0.1:9/sitemap.xml",
-        AMQP_URL="amqp://guest:guest@127.0.0.1:1/%2f", LOG_LEVEL="INFO",
+        "--sitemap",
+        "http://127.0.0.1:9/sitemap.xml",
+        AMQP_URL="amqp://guest:guest@127.0.0.1:1/%2f",
+        LOG_LEVEL="INFO",
     )
     assert done.returncode == 2
     assert done.stdout == ""
@@ -268,8 +281,15 @@ def test_failed_publishes_are_retried_then_unmarked(settings: Settings) -> None:
     urls = [f"http://example.com/{i}" for i in range(10)]
     publisher = FlakyPublisher(refuse={urls[3], urls[7]})
     try:
-        pipeline = Pipeline("it-5", settings.crawl_namespace, 4, load_router(""),
-                            Dedup(client, keys, "it-5"), publisher, sleep=lambda _s: None)
+        pipeline = Pipeline(
+            "it-5",
+            settings.crawl_namespace,
+            4,
+            load_router(""),
+            Dedup(client, keys, "it-5"),
+            publisher,
+            sleep=lambda _s: None,
+        )
         counts = pipeline.run(SitemapEntry(url, "seeds") for url in urls)
         assert counts.enqueued["bulk"] == 8
         assert counts.publish_failed == 2
@@ -286,9 +306,9 @@ def test_failed_publishes_are_retried_then_unmarked(settings: Settings) -> None:
         assert client.hget(keys.run_stats("it-5"), "enqueued.bulk") == b"8"
 
         publisher.refuse.clear()
-        again = Pipeline("it-5", settings.crawl_namespace, 4, load_router(""),
-                         Dedup(client, keys, "it-5"), publisher).run(
-                             SitemapEntry(url, "seeds") for url in urls)
+        again = Pipeline(
+            "it-5", settings.crawl_namespace, 4, load_router(""), Dedup(client, keys, "it-5"), publisher
+        ).run(SitemapEntry(url, "seeds") for url in urls)
         assert (again.enqueued["bulk"], again.duplicates, again.publish_failed) == (2, 8, 0)
     finally:
         client.close()

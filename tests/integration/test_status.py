@@ -88,7 +88,12 @@ def status(settings: Settings, *args: str, **env_overrides: str) -> subprocess.C
     }
     return subprocess.run(
         [sys.executable, "-m", "shared.status", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

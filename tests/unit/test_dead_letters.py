@@ -82,8 +82,10 @@ def test_a_queue_kind_from_the_worker_becomes_the_queue_name() -> None:
 
 
 def test_our_reason_wins_over_an_old_x_death_from_a_delay_queue() -> None:
-    headers = {**Failure("timeout", origin_queue="crawl.bulk").to_headers(),
-               "x-death": [expired_in("crawl.retry.5000ms")]}
+    headers = {
+        **Failure("timeout", origin_queue="crawl.bulk").to_headers(),
+        "x-death": [expired_in("crawl.retry.5000ms")],
+    }
 
     record = record_from_delivery(Message(TASK.encode(), headers), NS)
 
@@ -147,8 +149,9 @@ def test_a_real_delivery_is_accepted() -> None:
 
 def row(body: bytes, replays: int) -> DeadLetterRow:
     now = dt.datetime.now(dt.UTC)
-    return DeadLetterRow(7, "run1", "u", "expired", "", None, 3, replays, "crawl.ttl", "", body, None,
-                         now, now, "dead", None)
+    return DeadLetterRow(
+        7, "run1", "u", "expired", "", None, 3, replays, "crawl.ttl", "", body, None, now, now, "dead", None
+    )
 
 
 def test_replay_resets_attempts_and_counts_the_replay() -> None:
@@ -223,4 +226,3 @@ def test_recorder_reports_a_lost_database_and_reconnects_next_time() -> None:
 
     assert recorder(delivery) == Outcome.done()
     assert healthy.commits == 1
-

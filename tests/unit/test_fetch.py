@@ -35,8 +35,12 @@ class Handler(BaseHTTPRequestHandler):
         self.server.requests.append((self.path, dict(self.headers.items())))
         path = self.path
         if path == "/page":
-            self._send(200, HTML.encode(), "text/html; charset=utf-8",
-                       {"ETag": ETAG, "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"})
+            self._send(
+                200,
+                HTML.encode(),
+                "text/html; charset=utf-8",
+                {"ETag": ETAG, "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"},
+            )
         elif path == "/etag":
             if self.headers.get("If-None-Match") == ETAG:
                 self._send(304, b"", None, {"ETag": ETAG})
@@ -64,15 +68,20 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/big-undeclared":  # HTTP/1.0, no Content-Length: the body ends at close
             self._send(200, b"a" * 5000, "text/html", declare_length=False)
         elif path == "/gzip-bomb":  # small on the wire, large once inflated
-            self._send(200, gzip.compress(b"a" * 50_000), "text/html",
-                       {"Content-Encoding": "gzip"})
+            self._send(200, gzip.compress(b"a" * 50_000), "text/html", {"Content-Encoding": "gzip"})
         elif path == "/drip":
             self._drip()
         else:
             self._send(404, b"", "text/plain")
 
-    def _send(self, status: int, body: bytes, content_type: str | None,
-              headers: dict[str, str] | None = None, declare_length: bool = True) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str | None,
+        headers: dict[str, str] | None = None,
+        declare_length: bool = True,
+    ) -> None:
         self.send_response(status)
         if content_type:
             self.send_header("Content-Type", content_type)
@@ -126,8 +135,9 @@ def loopback_session() -> requests.Session:
 
 @pytest.fixture
 def fetcher_settings() -> Settings:
-    return dataclasses.replace(Settings(), max_body_bytes=1000, fetch_deadline_s=1.0,
-                               max_redirects=3, user_agent="test-agent/1")
+    return dataclasses.replace(
+        Settings(), max_body_bytes=1000, fetch_deadline_s=1.0, max_redirects=3, user_agent="test-agent/1"
+    )
 
 
 @pytest.fixture
@@ -200,9 +210,7 @@ def test_a_refusing_check_stops_the_chain_before_the_hop_is_requested(
     assert [path for path, _ in site.requests[requested_before:]] == ["/hop/1"]
 
 
-def test_more_redirects_than_allowed_is_an_error(
-    site: LocalSite, fetcher_settings: Settings
-) -> None:
+def test_more_redirects_than_allowed_is_an_error(site: LocalSite, fetcher_settings: Settings) -> None:
     short = dataclasses.replace(fetcher_settings, max_redirects=2)
     with Fetcher(short, loopback_session) as fetcher, pytest.raises(PermanentError) as caught:
         fetcher.fetch(site.url("/hop/3"))
@@ -324,17 +332,32 @@ def test_classify_304_needs_a_conditional_request() -> None:
     assert caught.value.reason == "http_304"
 
 
-@pytest.mark.parametrize("content_type", [
-    "text/html", "text/html; charset=ISO-8859-1", "TEXT/HTML", "application/xhtml+xml",
-    " application/xhtml+xml ; charset=utf-8",
-])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/html",
+        "text/html; charset=ISO-8859-1",
+        "TEXT/HTML",
+        "application/xhtml+xml",
+        " application/xhtml+xml ; charset=utf-8",
+    ],
+)
 def test_classify_accepts_html(content_type: str) -> None:
     assert classify(200, content_type=content_type) is Verdict.OK
 
 
-@pytest.mark.parametrize("content_type", [
-    None, "", "application/pdf", "text/plain", "image/png", "application/json", "text/htmlx",
-])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "",
+        "application/pdf",
+        "text/plain",
+        "image/png",
+        "application/json",
+        "text/htmlx",
+    ],
+)
 def test_classify_refuses_other_content(content_type: str | None) -> None:
     with pytest.raises(PermanentError) as caught:
         classify(200, content_type=content_type)

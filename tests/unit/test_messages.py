@@ -12,8 +12,16 @@ pytestmark = pytest.mark.unit
 
 
 def test_task_round_trips() -> None:
-    task = CrawlTask(url="http://a.test/p", run_id="r", queue="ttl", priority=3, lastmod="2024-01-01",
-                     changefreq="daily", sitemap_priority=0.9, source="http://a.test/sitemap.xml")
+    task = CrawlTask(
+        url="http://a.test/p",
+        run_id="r",
+        queue="ttl",
+        priority=3,
+        lastmod="2024-01-01",
+        changefreq="daily",
+        sitemap_priority=0.9,
+        source="http://a.test/sitemap.xml",
+    )
     assert CrawlTask.decode(task.encode()) == task
 
 
@@ -24,8 +32,11 @@ def test_task_round_trips() -> None:
         (b"[1, 2]", "not a JSON object"),
         (b'{"run_id": "r", "queue": "bulk"}', "'url'"),
         (b'{"url": "http://a.test/", "run_id": "r", "queue": "elsewhere"}', "unknown queue"),
-        (b'{"url": "http://a.test/", "run_id": "r", "queue": "bulk", "priority": 1, "lastmod": 2, "x": 1, '
-         b'"enqueued_at": "soon", "sitemap_priority": null, "changefreq": null, "source": ""}', None),
+        (
+            b'{"url": "http://a.test/", "run_id": "r", "queue": "bulk", "priority": 1, "lastmod": 2, "x": 1, '
+            b'"enqueued_at": "soon", "sitemap_priority": null, "changefreq": null, "source": ""}',
+            None,
+        ),
     ],
 )
 def test_bad_bodies_raise_decode_error_with_a_reason(body: bytes, fragment: str | None) -> None:

@@ -72,8 +72,15 @@ def test_links_are_absolute_http_deduplicated_in_order() -> None:
 def test_visible_text_excludes_code_and_hidden_parts() -> None:
     text = parse_page(FULL, PAGE_URL).text
     assert text.startswith("First heading Second heading Visible paragraph over lines.")
-    for hidden in ("script text", "color: red", "enable javascript", "template text",
-                   "nested()", "a comment", "The Title"):
+    for hidden in (
+        "script text",
+        "color: red",
+        "enable javascript",
+        "template text",
+        "nested()",
+        "a comment",
+        "The Title",
+    ):
         assert hidden not in text
     assert "  " not in text and "\n" not in text
 
@@ -81,18 +88,28 @@ def test_visible_text_excludes_code_and_hidden_parts() -> None:
 def test_missing_fields_are_none() -> None:
     page = parse_page("<html><body><p>just text</p></body></html>", "http://x.example/")
     assert (page.title, page.description, page.canonical_url, page.lang, page.h1) == (
-        None, None, None, None, None,
+        None,
+        None,
+        None,
+        None,
+        None,
     )
     assert page.text == "just text"
     assert page.links == ()
 
 
 def test_blank_fields_are_none() -> None:
-    html = ('<html lang=""><head><title>  </title><meta name="description" content=" ">'
-            '<link rel="canonical" href=""></head><body><h1> </h1></body></html>')
+    html = (
+        '<html lang=""><head><title>  </title><meta name="description" content=" ">'
+        '<link rel="canonical" href=""></head><body><h1> </h1></body></html>'
+    )
     page = parse_page(html, "http://x.example/")
     assert (page.title, page.description, page.canonical_url, page.lang, page.h1) == (
-        None, None, None, None, None,
+        None,
+        None,
+        None,
+        None,
+        None,
     )
 
 
@@ -110,8 +127,9 @@ def test_svg_title_is_not_the_page_title() -> None:
 
 def test_caps_on_text_and_links() -> None:
     links = "".join(f'<a href="/p{i}">word{i}</a>' for i in range(50))
-    page = parse_page(f"<html><body>{links}</body></html>", "http://x.example/",
-                      max_text_chars=20, max_links=10)
+    page = parse_page(
+        f"<html><body>{links}</body></html>", "http://x.example/", max_text_chars=20, max_links=10
+    )
     assert len(page.text) == 20
     assert page.links == tuple(f"http://x.example/p{i}" for i in range(10))
 

@@ -57,7 +57,7 @@ def test_rules_file_replaces_the_defaults(tmp_path: Path) -> None:
 def test_a_rule_with_several_conditions_needs_all_of_them() -> None:
     (rule,) = parse_rules(
         b'[[rule]]\nqueue = "priority"\nmin_sitemap_priority = 0.5\nlastmod_within_h = 1\n'
-        b'message_priority = 4\n',
+        b"message_priority = 4\n",
         "t",
     )
     recent = datetime(2025, 6, 1, 11, 30, tzinfo=UTC)
@@ -70,22 +70,30 @@ def test_a_rule_with_several_conditions_needs_all_of_them() -> None:
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ("[[rule]]\nqueue = \"fast\"\n", "rule 1: field 'queue': expected one of priority, ttl, bulk"),
-        ("[[rule]]\nqueue = \"bulk\"\n[[rule]]\nurl_pattern = \"x\"\n", "rule 2: field 'queue'"),
-        ("[[rule]]\nqueue = \"ttl\"\nurl_pattern = \"(\"\n", "rule 1: field 'url_pattern': bad regular"),
-        ("[[rule]]\nqueue = \"ttl\"\nurl_pattern = 5\n", "rule 1: field 'url_pattern': expected a string"),
-        ("[[rule]]\nqueue = \"priority\"\nmin_sitemap_priority = 1.5\n",
-         "rule 1: field 'min_sitemap_priority': expected a number 0.0..1.0"),
-        ("[[rule]]\nqueue = \"priority\"\nmin_sitemap_priority = true\n",
-         "rule 1: field 'min_sitemap_priority'"),
-        ("[[rule]]\nqueue = \"priority\"\nlastmod_within_h = -1\n", "rule 1: field 'lastmod_within_h'"),
-        ("[[rule]]\nqueue = \"priority\"\nmessage_priority = 9\n",
-         "rule 1: field 'message_priority': expected a whole number 0..5"),
-        ("[[rule]]\nqueue = \"priority\"\nmessage_priority = 2.5\n", "rule 1: field 'message_priority'"),
-        ("[[rule]]\nqueue = \"bulk\"\nmessage_priority = 3\n",
-         "rule 1: field 'message_priority': only the priority queue"),
-        ("[[rule]]\nqueue = \"bulk\"\nurl_patern = \"x\"\n", "rule 1: unknown field 'url_patern'"),
-        ("[[rules]]\nqueue = \"bulk\"\n", "unknown top-level key 'rules'"),
+        ('[[rule]]\nqueue = "fast"\n', "rule 1: field 'queue': expected one of priority, ttl, bulk"),
+        ('[[rule]]\nqueue = "bulk"\n[[rule]]\nurl_pattern = "x"\n', "rule 2: field 'queue'"),
+        ('[[rule]]\nqueue = "ttl"\nurl_pattern = "("\n', "rule 1: field 'url_pattern': bad regular"),
+        ('[[rule]]\nqueue = "ttl"\nurl_pattern = 5\n', "rule 1: field 'url_pattern': expected a string"),
+        (
+            '[[rule]]\nqueue = "priority"\nmin_sitemap_priority = 1.5\n',
+            "rule 1: field 'min_sitemap_priority': expected a number 0.0..1.0",
+        ),
+        (
+            '[[rule]]\nqueue = "priority"\nmin_sitemap_priority = true\n',
+            "rule 1: field 'min_sitemap_priority'",
+        ),
+        ('[[rule]]\nqueue = "priority"\nlastmod_within_h = -1\n', "rule 1: field 'lastmod_within_h'"),
+        (
+            '[[rule]]\nqueue = "priority"\nmessage_priority = 9\n',
+            "rule 1: field 'message_priority': expected a whole number 0..5",
+        ),
+        ('[[rule]]\nqueue = "priority"\nmessage_priority = 2.5\n', "rule 1: field 'message_priority'"),
+        (
+            '[[rule]]\nqueue = "bulk"\nmessage_priority = 3\n',
+            "rule 1: field 'message_priority': only the priority queue",
+        ),
+        ('[[rule]]\nqueue = "bulk"\nurl_patern = "x"\n', "rule 1: unknown field 'url_patern'"),
+        ('[[rules]]\nqueue = "bulk"\n', "unknown top-level key 'rules'"),
         ("", "no [[rule]] tables"),
         ("[[rule]\nqueue = ", "not valid TOML"),
     ],

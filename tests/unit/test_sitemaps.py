@@ -77,7 +77,9 @@ def test_index_lists_children() -> None:
 def test_plain_text_sitemap_one_url_per_line() -> None:
     body = b"\xef\xbb\xbfhttp://example.com/a\r\n\n  http://example.com/b  \n# note\nhttp://example.com/c"
     assert [e.url for e in parse_sitemap(body, "s.txt", MB)] == [
-        "http://example.com/a", "http://example.com/b", "http://example.com/c",
+        "http://example.com/a",
+        "http://example.com/b",
+        "http://example.com/c",
     ]
 
 
@@ -110,7 +112,10 @@ def test_index_is_followed_into_xml_gzip_and_text_children() -> None:
 def test_broken_children_are_recorded_and_the_rest_go_on() -> None:
     pages = {
         "http://s/index.xml": index(
-            "http://s/missing.xml", "http://s/bad.xml", "http://s/html.xml", "ftp://s/x.xml",
+            "http://s/missing.xml",
+            "http://s/bad.xml",
+            "http://s/html.xml",
+            "ftp://s/x.xml",
             "http://s/good.xml",
         ),
         # Cut off inside the second <url>.
@@ -196,8 +201,10 @@ def test_corrupt_gzip_is_an_error_not_a_crash() -> None:
 
 
 def test_large_sitemap_is_streamed_not_built_as_a_tree() -> None:
-    body = urlset(*(f"http://example.com/page/{i}" for i in range(50_000)),
-                  extra="<lastmod>2024-01-01</lastmod><priority>0.5</priority>")
+    body = urlset(
+        *(f"http://example.com/page/{i}" for i in range(50_000)),
+        extra="<lastmod>2024-01-01</lastmod><priority>0.5</priority>",
+    )
     tracemalloc.start()
     try:
         count = sum(1 for _ in parse_sitemap(body, "s", 50 * MB))
@@ -210,8 +217,7 @@ def test_large_sitemap_is_streamed_not_built_as_a_tree() -> None:
 
 
 def test_site_sitemaps_come_from_robots_txt() -> None:
-    robots = (b"User-agent: *\nDisallow: /private\n"
-              b"Sitemap: http://s/one.xml\nsitemap: /two.xml\n")
+    robots = b"User-agent: *\nDisallow: /private\nSitemap: http://s/one.xml\nsitemap: /two.xml\n"
     pages = {
         "http://s/robots.txt": robots,
         "http://s/one.xml": urlset("http://example.com/1"),
