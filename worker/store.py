@@ -74,6 +74,15 @@ class ResultStore:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._local = threading.local()
+        self._opened: list[psycopg.Connection[tuple[object, ...]]] = []
+        self._opened_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close every thread's connection; call once the handler threads have stopped."""
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            conn.close()
 
     def save_page(self, row: PageRow) -> None:
         params = {**row.__dict__, "links": Jsonb(row.links)}
@@ -97,4 +106,6 @@ class ResultStore:
         if conn is None or conn.closed:
             conn = db.connect(self.settings, autocommit=True)
             self._local.conn = conn
+            with self._opened_lock:
+                self._opened.append(conn)
         return conn

@@ -1,0 +1,80 @@
+"""Result writes are idempotent: a redelivered URL rewrites its row, never adds one."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from shared import db
+from shared.settings import Settings
+from worker.store import PageRow, ResultStore, SkipRow
+
+pytestmark = pytest.mark.integration
+
+
+def page(url: str, title: str, worker: str = "w1") -> PageRow:
+    return PageRow(
+        run_id="r1",
+        url=url,
+        final_url=url,
+        http_status=200,
+        content_type="text/html",
+        title=title,
+        meta_description=None,
+        canonical_url=None,
+        lang="en",
+        h1="h",
+        body_text="text",
+        links=["http://a.test/x"],
+        queue="bulk",
+        failed_attempts=0,
+        from_cache=False,
+        fetch_ms=5,
+        worker_id=worker,
+    )
+
+
+def count(settings: Settings, query: str) -> int:
+    with db.connect(settings, autocommit=True) as conn:
+        row = conn.execute(query).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return int(row[0])  # type: ignore[call-overload]
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[ResultStore]:
+    db.ensure_schema(settings)
+    db.ensure_schema(settings)  # every service runs it at start: must be repeatable
+    made = ResultStore(settings)
+    yield made
+    made.close()
+
+
+def test_the_same_page_twice_is_one_row_rewritten(settings: Settings, store: ResultStore) -> None:
+    store.save_page(page("http://a.test/1", "first"))
+    store.save_page(page("http://a.test/1", "second", worker="w2"))
+    assert count(settings, "SELECT count(*) FROM pages") == 1
+    with db.connect(settings, autocommit=True) as conn:
+        assert conn.execute("SELECT title, worker_id, writes FROM pages").fetchone() == ("second", "w2", 2)
+
+
+def test_concurrent_writers_of_one_url_leave_one_row(settings: Settings, store: ResultStore) -> None:
+    # One connection per thread, as in the worker.
+    threads = [
+        threading.Thread(target=store.save_page, args=(page("http://a.test/same", f"t{i}"),))
+        for i in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert count(settings, "SELECT count(*) FROM pages") == 1
+    assert count(settings, "SELECT writes FROM pages") == 8
+
+
+def test_a_skip_twice_is_one_row(settings: Settings, store: ResultStore) -> None:
+    for _ in range(2):
+        store.save_skip(SkipRow("r1", "http://a.test/private", "robots", "Disallow: /private", "w1"))
+    assert count(settings, "SELECT count(*) FROM skips") == 1
