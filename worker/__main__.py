@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import resource
 
 from shared import db
 from shared.cli import configure_logging, run_main
@@ -45,7 +46,15 @@ def main(argv: list[str] | None = None) -> int:
         Subscription(work_queue(ns, kind), prio) for kind, prio in SUBSCRIPTION_PRIORITIES.items()
     ]
     log.info("worker %s starting with %d fetches in flight", settings.worker_id, settings.fetch_concurrency)
-    return run_consumers(settings, "worker", subscriptions, handler, settings.fetch_concurrency)
+    code = run_consumers(settings, "worker", subscriptions, handler, settings.fetch_concurrency)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    log.info(
+        "worker %s stopped: peak_rss_mb=%.1f cpu_s=%.2f",
+        settings.worker_id,
+        usage.ru_maxrss / 1024,
+        usage.ru_utime + usage.ru_stime,
+    )
+    return code
 
 
 if __name__ == "__main__":
