@@ -4,9 +4,11 @@ Sitemaps come from strangers, so:
   * the byte cap applies to DECOMPRESSED bytes (a small gzip can inflate to gigabytes);
   * XML is parsed by defusedxml with DTDs forbidden (no entity expansion, no external files);
   * parsing streams: each <url> is handed on and dropped, so a 50,000-URL file never sits in
-    memory as a tree;
+    memory as a tree; elements nothing reads are dropped as they end, nesting and the bytes of
+    one tag are bounded, so no document costs much more memory than one entry;
   * indexes nest only to a bounded depth and each sitemap is read once per run;
-  * one broken sitemap is recorded with a one-line reason and the others go on.
+  * one broken sitemap is recorded with a one-line reason and the others go on: on any bytes,
+    nothing but SitemapError leaves `parse_sitemap`, and nothing at all leaves SitemapReader.
 """
 
 from __future__ import annotations
@@ -30,10 +32,18 @@ from shared.urls import InvalidURL, canonicalize
 log = logging.getLogger(__name__)
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 READ_CHUNK_BYTES = 64 * 1024
 MAX_ROBOTS_BYTES = 512 * 1024  # RFC 9309 lets a crawler stop reading robots.txt past 500 KiB
 CHANGEFREQS = frozenset({"always", "hourly", "daily", "weekly", "monthly", "yearly", "never"})
 MAX_LASTMOD_CHARS = 64
+ENTRY_FIELDS = frozenset({"loc", "lastmod", "priority", "changefreq"})
+MAX_ENTRY_FIELDS = 16  # kept per entry; a <url> holding a million <loc>s keeps only the first
+MAX_XML_DEPTH = 32  # sitemaps nest 4 deep, and every open element stays in memory
+# The bytes of one tag or text run (between two parser events). expat turns a tag's attributes
+# into objects some 30 times their size, so one giant tag must not reach the parser whole.
+MAX_XML_TOKEN_BYTES = 256 * 1024
+MAX_TEXT_LINE_BYTES = 16 * 1024  # far past the longest URL we accept
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,8 @@ class SitemapReader:
         robots_url = urljoin(root_url, "/robots.txt")
         try:
             text = self.fetch(robots_url)[:MAX_ROBOTS_BYTES].decode("utf-8", "replace")
-            listed = [urljoin(robots_url, s.strip()) for s in Protego.parse(text).sitemaps]
+            joined = (_join(robots_url, s.strip()) for s in Protego.parse(text).sitemaps)
+            listed = [url for url in joined if url is not None]
         except FetchFailed as exc:
             log.info("no robots.txt at %s (%s): trying /sitemap.xml", robots_url, exc)
             listed = []
@@ -117,7 +128,11 @@ class SitemapReader:
             for item in parse_sitemap(body, sitemap_url, self.max_bytes):
                 if isinstance(item, ChildSitemap):
                     children += 1
-                    yield from self.read(urljoin(sitemap_url, item.url), depth + 1)
+                    child = _join(sitemap_url, item.url)
+                    if child is None:
+                        self._fail(item.url[:200], "invalid_url: cannot be parsed")
+                        continue
+                    yield from self.read(child, depth + 1)
                 else:
                     urls += 1
                     yield item
@@ -130,6 +145,14 @@ class SitemapReader:
     def _fail(self, url: str, error: str) -> None:
         log.warning("sitemap %s failed: %s", url, error)
         self.failures.append(SitemapFailure(url, error))
+
+
+def _join(base: str, reference: str) -> str | None:
+    """`reference` resolved against `base`, or None when it cannot be parsed ('http://[')."""
+    try:
+        return urljoin(base, reference)
+    except ValueError:
+        return None
 
 
 def parse_sitemap(body: bytes, source: str, max_bytes: int) -> Iterator[SitemapEntry | ChildSitemap]:
@@ -152,47 +175,73 @@ class _CappedReader:
     def __init__(self, body: bytes, max_bytes: int) -> None:
         raw = io.BytesIO(body)
         self._inner: gzip.GzipFile | io.BytesIO = raw
-        if body[:2] == GZIP_MAGIC:
+        self._gzipped = body[:2] == GZIP_MAGIC
+        if self._gzipped:
             self._inner = gzip.GzipFile(fileobj=raw)
         self._max_bytes = max_bytes
         self._total = 0
         self._peeked = b""
+        self.max_bytes_unmarked: int | None = None  # set: bytes allowed between two `mark`s
+        self._unmarked = 0
 
     def read(self, size: int = -1) -> bytes:
         if self._peeked:
             data, self._peeked = self._peeked, b""
-            return data
-        try:
-            data = self._inner.read(size if size > 0 else READ_CHUNK_BYTES)
-        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise SitemapError(f"bad gzip data ({exc.__class__.__name__})") from None
-        self._total += len(data)
-        if self._total > self._max_bytes:
-            raise SitemapError(f"larger than {self._max_bytes} bytes uncompressed")
+        else:
+            try:
+                data = self._inner.read(size if size > 0 else READ_CHUNK_BYTES)
+            except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+                raise SitemapError(f"bad gzip data ({exc.__class__.__name__})") from None
+            self._total += len(data)
+            if self._total > self._max_bytes:
+                raise SitemapError(f"larger than {self._max_bytes} bytes uncompressed")
+        self._unmarked += len(data)
+        if self.max_bytes_unmarked is not None and self._unmarked > self.max_bytes_unmarked:
+            raise SitemapError(f"an XML tag or text longer than {self.max_bytes_unmarked} bytes")
         return data
 
+    def mark(self) -> None:
+        self._unmarked = 0
+
     def first_meaningful_byte(self) -> bytes:
-        """The first byte after any BOM and whitespace, keeping what was read for `read`."""
+        """The first byte after any BOM and leading whitespace, both dropped; what follows is
+        kept for `read`. Whitespace is dropped chunk by chunk: megabytes of it (a cheap gzip
+        bomb) must cost one pass, not a pass per chunk."""
         head = b""
-        while True:
+        while len(head) < len(UTF8_BOM):
             chunk = self.read(READ_CHUNK_BYTES)
+            if not chunk:
+                break
             head += chunk
-            stripped = head.removeprefix(b"\xef\xbb\xbf").lstrip()
-            if stripped or not chunk:
-                self._peeked = head
-                return stripped[:1]
+        if self._gzipped and head[:2] == GZIP_MAGIC:
+            raise SitemapError("gzip inside gzip refused")
+        head = head.removeprefix(UTF8_BOM).lstrip()
+        while not head:
+            chunk = self.read(READ_CHUNK_BYTES)
+            if not chunk:
+                break
+            head = chunk.lstrip()
+        self._peeked = head
+        return head[:1]
 
 
 def _parse_text(stream: _CappedReader, source: str) -> Iterator[SitemapEntry]:
-    rest = b""
+    pending = b""  # the start of a line not yet ended
+    overlong = False  # inside a line too long to be a URL: dropped up to its end
     while True:
         chunk = stream.read(READ_CHUNK_BYTES)
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop() if chunk else b""
+        if b"\x00" in chunk:  # no text sitemap holds NUL; binary junk is no list of URLs
+            raise SitemapError("binary data, not a sitemap")
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop() if chunk else b""
+        if overlong and lines:
+            lines, overlong = lines[1:], False
         for raw in lines:
             line = raw.decode("utf-8", "replace").lstrip("\ufeff").strip()
             if line and not line.startswith("#"):
                 yield SitemapEntry(url=line, source=source)
+        if len(pending) > MAX_TEXT_LINE_BYTES:  # else each chunk would copy it again
+            pending, overlong = b"", True
         if not chunk:
             return
 
@@ -205,32 +254,48 @@ def _parse_xml(stream: _CappedReader, source: str) -> Iterator[SitemapEntry | Ch
         forbid_entities=True,
         forbid_external=True,
     )
-    root: Element | None = None
+    stream.max_bytes_unmarked = MAX_XML_TOKEN_BYTES
+    open_elements: list[Element] = []
     kind = ""
-    depth = 0
+    fields_kept = 0  # of the current entry
     try:
         for event, elem in events:
+            stream.mark()
             if event == "start":
-                depth += 1
-                if root is None:
-                    root, kind = elem, _localname(elem.tag)
+                open_elements.append(elem)
+                fields_kept = 0 if len(open_elements) == 2 else fields_kept
+                if len(open_elements) > MAX_XML_DEPTH:
+                    raise SitemapError(f"XML nested deeper than {MAX_XML_DEPTH} elements")
+                if not kind:
+                    kind = _localname(elem.tag)
                     if kind not in ("urlset", "sitemapindex"):
                         raise SitemapError(f"not a sitemap (root element <{kind[:40]}>)")
                 continue
-            depth -= 1
-            if depth != 1 or root is None:
-                continue  # only direct children of the root are entries
-            item = _entry(elem, kind, source)
-            if item is not None:
-                yield item
-            root.clear()  # drop what was handed on, so memory stays flat
+            open_elements.pop()
+            if not open_elements:  # the root's end: what may follow builds no objects
+                stream.max_bytes_unmarked = None
+                continue
+            parent = open_elements[-1]
+            if len(open_elements) == 1:  # an entry: a direct child of the root
+                item = _entry(elem, kind, source)
+                if item is not None:
+                    yield item
+                parent.clear()  # drop what was handed on, so memory stays flat
+            elif len(open_elements) == 2 and _localname(elem.tag) in ENTRY_FIELDS:
+                fields_kept += 1
+                if fields_kept > MAX_ENTRY_FIELDS:
+                    parent.remove(elem)
+            else:
+                parent.remove(elem)  # nothing will read it (images, extensions, junk)
     except ParseError as exc:
         raise SitemapError(f"bad XML: {exc}") from None
+    except LookupError as exc:  # an encoding Python does not know, named in the declaration
+        raise SitemapError(f"bad XML: {str(exc)[:100]}") from None
     except defusedxml.DTDForbidden:
         raise SitemapError("XML with a DTD refused (entity expansion risk)") from None
     except defusedxml.DefusedXmlException as exc:
         raise SitemapError(f"XML refused: {exc.__class__.__name__}") from None
-    if root is None:
+    if not kind:
         raise SitemapError("empty document")
 
 

@@ -32,7 +32,12 @@ STOP_TIMEOUT_S = 30.0
 # Short retry delays so that a demo's fail-twice pages finish in seconds, not minutes. The demo
 # keeps its Redis keys under a prefix of its own, and starts from an empty response cache so
 # that every demo fetches for real and prints the same figures.
-DEMO_ENV = {"RETRY_DELAYS_S": "0.5,1", "RATE_LIMIT_RPS": "20", "REDIS_PREFIX": "demo"}
+DEMO_ENV = {
+    "RETRY_DELAYS_S": "0.5,1",
+    "RATE_LIMIT_RPS": "20",
+    "REDIS_PREFIX": "demo",
+    "FETCH_ALLOWLIST": "127.0.0.0/8",  # the demo site is on loopback, which the guard refuses
+}
 
 
 def new_run_id(prefix: str = "run") -> str:

@@ -6,7 +6,8 @@
     └── TaskError              something went wrong with one URL
         ├── TransientError     worth retrying later (timeouts, connection resets, 429, 5xx)
         └── PermanentError     retrying cannot help (bad URL, 404, unsupported content, bad message)
-            └── DecodeError    a message body that is not a valid task
+            ├── DecodeError    a message body that is not a valid task
+            └── BlockedAddress a URL whose host is, or resolves to, an address we must not reach
 
 Library errors (requests, pika, psycopg, redis) are translated into these where they enter,
 so the rest of the code never catches a third-party exception.
@@ -58,3 +59,11 @@ class DecodeError(PermanentError):
 
     def __init__(self, detail: str) -> None:
         super().__init__("undecodable", detail)
+
+
+class BlockedAddress(PermanentError):
+    """The host is, or resolves to, an address the fetch guard refuses (loopback, private,
+    link-local, ...): see shared/netguard.py. Raised before any connection is made to it."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("blocked_address", detail)

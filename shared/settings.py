@@ -50,12 +50,29 @@ class Settings:
     fetch_deadline_s: float = 30.0  # whole fetch, body included
     max_body_bytes: int = 5_000_000
     max_redirects: int = 5
+    # Address guard (docs/SECURITY.md): refuse loopback, private, link-local and other internal
+    # addresses, except the comma-separated CIDR networks and host names allowed here.
+    block_private_addresses: bool = True
+    fetch_allowlist: str = ""  # e.g. "10.1.0.0/16,intranet.example,.corp.example"
     user_agent: str = "crawl-pipeline/0.1 (+https://github.com/crawl-pipeline)"
     rate_limit_rps: float = 2.0  # per domain, shared by every worker
     max_inline_wait_s: float = 2.0  # a longer rate-limit wait goes back through the broker
     cache_enabled: bool = True
     cache_ttl_s: float = 86400.0
     cache_max_body_bytes: int = 1_000_000
+    # Politeness (docs/POLITENESS.md).
+    politeness_file: str = ""  # TOML per-domain overrides; empty = the defaults for every domain
+    max_concurrent_per_domain: int = 8  # requests in flight per domain, shared by every worker
+    max_domain_pause_s: float = 3600.0  # longest pause a Retry-After header can impose
+    respect_robots: bool = True
+    robots_ttl_s: float = 3600.0  # how long a fetched robots.txt is trusted
+    cache_fresh_s: float = 0.0  # a cached page younger than this is used unchecked; 0 = revalidate
+    # Comma-separated proxy URLs, perhaps with credentials: kept out of repr() so that logging
+    # the settings cannot leak them. Empty = connect directly.
+    proxies: str = field(default="", repr=False)
+    proxy_rotation: str = "round_robin"  # round_robin | random
+    proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
+    proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
 
     # Producer.
     routing_file: str = ""  # TOML routing rules; empty = the built-in rules
@@ -63,7 +80,13 @@ class Settings:
     max_sitemap_bytes: int = 50 * 1024 * 1024  # decompressed, per sitemap file
     publish_batch_size: int = 500
 
+    # Operating.
     log_level: str = "INFO"
+    log_format: str = "text"  # text | json (one JSON object per line, for log collectors)
+    metrics_port: int = 0  # serve Prometheus metrics on this port; 0 = no metrics server
+    # Loopback by default so that a developer machine exposes nothing; containers set 0.0.0.0
+    # so that Prometheus can reach them over the container network.
+    metrics_host: str = "127.0.0.1"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -93,6 +116,26 @@ class Settings:
                 raise ConfigError(f"{name.upper()}: must be at least 1")
         if self.rate_limit_rps <= 0:
             raise ConfigError(f"RATE_LIMIT_RPS: must be positive, got {self.rate_limit_rps}")
+        if self.max_concurrent_per_domain < 1 or self.proxy_max_failures < 1:
+            raise ConfigError("MAX_CONCURRENT_PER_DOMAIN and PROXY_MAX_FAILURES: must be at least 1")
+        for name in ("robots_ttl_s", "proxy_bench_s", "max_domain_pause_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name.upper()}: must be positive")
+        if self.cache_fresh_s < 0:
+            raise ConfigError(f"CACHE_FRESH_S: must be 0 or more, got {self.cache_fresh_s}")
+        if self.proxy_rotation not in ("round_robin", "random"):
+            raise ConfigError(
+                f"PROXY_ROTATION: expected 'round_robin' or 'random', got {self.proxy_rotation!r}"
+            )
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"LOG_FORMAT: expected 'text' or 'json', got {self.log_format!r}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"METRICS_PORT: expected 0 (off) or a TCP port, got {self.metrics_port}")
+        if self.fetch_allowlist.strip():
+            # Imported here: the guard pulls in requests, which settings alone do not need.
+            from shared.netguard import parse_allowlist
+
+            parse_allowlist(self.fetch_allowlist)  # raises ConfigError naming a bad entry
         for name in ("crawl_namespace", "redis_prefix", "pg_schema"):
             value = getattr(self, name)
             if not value.replace("_", "").replace("-", "").isalnum():

@@ -3,11 +3,16 @@
 Two spellings of the same page must dedupe to one task, so every URL that enters the pipeline
 goes through `canonicalize` first. Anything that is not a fetchable http(s) URL is refused here,
 with InvalidURL, before it costs a queue slot. On arbitrary text nothing but InvalidURL escapes.
+
+A host that spells an IPv4 address in one of the old forms resolvers still accept (`2130706433`,
+`0x7f000001`, `0177.0.0.1`, `127.1`) is rewritten to the dotted quad it means, so that one
+address has one spelling for dedup and for the address guard (shared/netguard.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
@@ -27,6 +32,10 @@ FINGERPRINT_BYTES = 10
 # hosts have underscores), an optional root dot; or a bracketed IPv6 literal.
 _WHITESPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 _HOST = re.compile(r"(?:[a-z0-9_-]+\.)*[a-z0-9_-]+\.?|\[[0-9a-f:.]+\]")
+# A last label that looks like a number makes the whole host an IPv4 address (as browsers and
+# inet_aton read it), never a name: no top-level domain is numeric.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*", re.IGNORECASE)
+_IPV4_PARTS_MAX = 4
 
 
 class InvalidURL(PermanentError):
@@ -82,6 +91,42 @@ def domain_of(url: str) -> str:
     return f"{host}:{port}"
 
 
+def ipv4_literal(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address `host` spells, in any form a resolver accepts; None for a host name.
+
+    Parts may be decimal, octal (leading 0) or hex (0x); fewer than four parts fill the last
+    one's bytes ('127.1' is 127.0.0.1, '2130706433' too). One trailing dot is ignored. A host
+    whose last label is numeric but that is no valid address raises InvalidURL.
+    """
+    labels = host.lower().removesuffix(".").split(".")
+    if not _NUMERIC_LABEL.fullmatch(labels[-1]):
+        return None
+    numbers = [_ipv4_part(label) for label in labels]
+    if len(numbers) > _IPV4_PARTS_MAX or any(n is None for n in numbers):
+        raise InvalidURL("invalid host (numeric, but not an IPv4 address)")
+    *leading, last = [n for n in numbers if n is not None]
+    if any(n > 0xFF for n in leading) or last >= 1 << (8 * (_IPV4_PARTS_MAX - len(leading))):
+        raise InvalidURL("invalid host (numeric, but not an IPv4 address)")
+    value = last
+    for index, number in enumerate(leading):
+        value |= number << (8 * (3 - index))
+    return ipaddress.IPv4Address(value)
+
+
+def _ipv4_part(label: str) -> int | None:
+    """One dot-separated part as inet_aton reads it, or None when it is no number."""
+    if label.startswith("0x"):
+        digits, base = label[2:] or "0", 16
+    elif len(label) > 1 and label.startswith("0"):
+        digits, base = label[1:], 8
+    else:
+        digits, base = label, 10
+    allowed = "0123456789abcdef"[:base]
+    if not digits or any(c not in allowed for c in digits):
+        return None
+    return int(digits, base)
+
+
 def _check_text(url: str) -> None:
     if not url:
         raise InvalidURL("empty")
@@ -113,9 +158,12 @@ def _split(url: str) -> SplitResult:
 
 def _port(parts: SplitResult) -> int | None:
     try:
-        return parts.port
+        port = parts.port
     except ValueError:
         raise InvalidURL("invalid port") from None
+    if port == 0:  # nothing listens there; a connect to it only fails
+        raise InvalidURL("invalid port")
+    return port
 
 
 def _host_for_netloc(host: str) -> str:
@@ -127,6 +175,9 @@ def _without_default_port(parts: SplitResult, scheme: str) -> SplitResult:
     host = _host_for_netloc(parts.hostname or "")
     if not _HOST.fullmatch(host):
         raise InvalidURL("invalid host")
+    address = None if host.startswith("[") else ipv4_literal(host)
+    if address is not None:
+        host = str(address)
     port = _port(parts)
     netloc = host if port is None or port == DEFAULT_PORTS[scheme] else f"{host}:{port}"
     return parts._replace(scheme=scheme, netloc=netloc, path=parts.path or "/", fragment="")

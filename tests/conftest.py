@@ -28,6 +28,7 @@ def settings() -> Iterator[Settings]:
             "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/crawler_test",
             "RETRY_DELAYS_S": "0.5,1",
             "TTL_QUEUE_EXPIRY_S": "60",
+            "FETCH_ALLOWLIST": "127.0.0.0/8",  # test sites are on loopback, which the guard refuses
         }
     )
     yield made

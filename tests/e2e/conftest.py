@@ -30,5 +30,6 @@ def service_env(settings: Settings, **overrides: str) -> dict[str, str]:
         "TTL_QUEUE_EXPIRY_S": str(settings.ttl_queue_expiry_s),
         "RATE_LIMIT_RPS": "50",
         "LOG_LEVEL": "INFO",
+        "FETCH_ALLOWLIST": "127.0.0.0/8",  # the demo site is on loopback, which the guard refuses
         **overrides,
     }

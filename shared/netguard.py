@@ -1,0 +1,430 @@
+"""The address guard: no fetch connects to loopback, private, link-local or other internal
+addresses, unless the operator allows them (docs/SECURITY.md).
+
+URLs come from strangers (sitemaps, redirects). Fetching `http://169.254.169.254/` or
+`http://localhost:6379/` on their word would let them read our own network (server-side request
+forgery). Checking the URL's text is not enough: a name can resolve to 127.0.0.1, and DNS can
+answer differently between a check and the connect that follows (DNS rebinding). So the check
+runs where the connection is made:
+
+  * `GuardedAdapter`, a requests transport adapter, resolves the host itself, refuses it if ANY
+    of its addresses is blocked, and connects to an address it has just checked. DNS is asked
+    once per connection, so there is no second answer to rebind. TLS SNI, certificate checks and
+    the Host header still use the host name. Each redirect hop opens its own checked connection.
+  * `check_url` is the cheap early check for each hop: addresses written in the URL, in every
+    spelling resolvers accept (`0x7f000001`, `2130706433`, `0177.0.0.1`, `127.1`, `[::ffff:
+    127.0.0.1]`), are refused before any request is made.
+
+Entry points: `guarded_session(settings)` and `check_url(settings)`. A refused URL raises
+BlockedAddress (reason `blocked_address`), a PermanentError: retrying cannot help.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import ipaddress
+import logging
+import re
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import requests
+import requests.adapters
+from requests.utils import select_proxy
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.util.connection import create_connection
+
+from shared.errors import BlockedAddress, ConfigError
+from shared.urls import DEFAULT_PORTS, InvalidURL, ipv4_literal
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+Resolver = Callable[[str, int], Sequence[str]]
+"""(host name, port) -> the IP addresses to connect to, as text; raises OSError when the name
+does not resolve. Tests pass a dictionary lookup instead of DNS."""
+
+SocketOpener = Callable[[tuple[str, int], Any, Any, Any], socket.socket]
+"""Connects to ((ip, port), timeout, source_address, socket_options): urllib3's
+create_connection by default; given an IP it asks no DNS."""
+
+UrlCheck = Callable[[str], None]
+
+_v4 = ipaddress.IPv4Network
+_v6 = ipaddress.IPv6Network
+# IANA's special-purpose registries, and what each block is. Anything listed is refused.
+_BLOCKED_IPV4: tuple[tuple[ipaddress.IPv4Network, str], ...] = (
+    (_v4("0.0.0.0/8"), "unspecified ('this network': 0.0.0.0 reaches this machine)"),
+    (_v4("10.0.0.0/8"), "private"),
+    (_v4("100.64.0.0/10"), "shared address space (carrier-grade NAT)"),
+    (_v4("127.0.0.0/8"), "loopback"),
+    (_v4("169.254.0.0/16"), "link-local (cloud metadata lives here)"),
+    (_v4("172.16.0.0/12"), "private"),
+    (_v4("192.0.0.0/24"), "IETF protocol assignments"),
+    (_v4("192.0.2.0/24"), "documentation"),
+    (_v4("192.88.99.0/24"), "6to4 relay anycast (deprecated)"),
+    (_v4("192.168.0.0/16"), "private"),
+    (_v4("198.18.0.0/15"), "benchmarking"),
+    (_v4("198.51.100.0/24"), "documentation"),
+    (_v4("203.0.113.0/24"), "documentation"),
+    (_v4("224.0.0.0/4"), "multicast"),
+    (_v4("240.0.0.0/4"), "reserved (and broadcast)"),
+)
+# The public IPv6 internet is 2000::/3; inside it these are not public, outside it nothing is.
+_GLOBAL_UNICAST = _v6("2000::/3")
+_BLOCKED_IPV6: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
+    (_v6("::/128"), "unspecified"),
+    (_v6("::1/128"), "loopback"),
+    (_v6("64:ff9b:1::/48"), "local-use NAT64"),
+    (_v6("fc00::/7"), "unique local (private)"),
+    (_v6("fe80::/10"), "link-local"),
+    (_v6("fec0::/10"), "site-local (deprecated)"),
+    (_v6("ff00::/8"), "multicast"),
+    (_v6("2001::/23"), "IETF protocol assignments (Teredo among them)"),
+    (_v6("2001:db8::/32"), "documentation"),
+    (_v6("3fff::/20"), "documentation"),
+)
+_NAT64 = _v6("64:ff9b::/96")
+_LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
+_HOST_NAME = re.compile(r"\.?(?:[a-z0-9_-]+\.)*[a-z0-9_-]+")
+
+
+def blocked_reason(address: IPAddress) -> str | None:
+    """Why nothing may connect to `address` (e.g. 'loopback'), or None when it is public.
+
+    An IPv6 address that carries an IPv4 one (IPv4-mapped, NAT64, 6to4) is judged by that
+    IPv4 address, since that is where packets to it end up.
+    """
+    if isinstance(address, ipaddress.IPv4Address):
+        return next((why for net, why in _BLOCKED_IPV4 if address in net), None)
+    embedded = _embedded_ipv4(address)
+    if embedded is not None:
+        inner = blocked_reason(embedded)
+        return f"{inner}, as IPv4 {embedded} inside IPv6" if inner else None
+    listed = next((why for net, why in _BLOCKED_IPV6 if address in net), None)
+    if listed is None and address not in _GLOBAL_UNICAST:
+        return "not global unicast (outside 2000::/3)"
+    return listed
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address.sixtofour
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """Networks and host names the guard lets through. A name with a leading dot allows that
+    domain and every name under it."""
+
+    networks: tuple[Network, ...] = ()
+    hosts: frozenset[str] = frozenset()
+
+    def allows_host(self, host: str) -> bool:
+        if host in self.hosts:
+            return True
+        return any(name.startswith(".") and f".{host}".endswith(name) for name in self.hosts)
+
+    def allows_address(self, address: IPAddress) -> bool:
+        # An IPv4-mapped address is the IPv4 address itself on a dual-stack socket.
+        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+        return any(a in net for net in self.networks for a in (address, mapped) if a is not None)
+
+
+def parse_allowlist(text: str) -> Allowlist:
+    """'10.1.0.0/16, intranet.example, .corp.example' -> Allowlist; ConfigError names a bad entry."""
+    networks: list[Network] = []
+    hosts: set[str] = set()
+    for raw in text.split(","):
+        entry = raw.strip().lower().removesuffix(".")
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+            continue
+        except ValueError:
+            pass
+        if "/" in entry or not _HOST_NAME.fullmatch(entry) or _spells_ipv4(entry.lstrip(".")):
+            raise ConfigError(f"FETCH_ALLOWLIST: {raw.strip()!r} is neither a CIDR network nor a host name")
+        hosts.add(entry)
+    return Allowlist(tuple(networks), frozenset(hosts))
+
+
+def _spells_ipv4(host: str) -> bool:
+    try:
+        return ipv4_literal(host) is not None
+    except InvalidURL:
+        return True
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """What the guard refuses: with `block_private` off, nothing."""
+
+    block_private: bool = True
+    allowlist: Allowlist = Allowlist()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AddressPolicy:
+        return cls(settings.block_private_addresses, parse_allowlist(settings.fetch_allowlist))
+
+    def refusal(self, address: IPAddress) -> str | None:
+        """Why `address` is refused, or None."""
+        if not self.block_private or self.allowlist.allows_address(address):
+            return None
+        return blocked_reason(address)
+
+
+def normalize_host(host: str) -> str:
+    """The host as resolvers see it: no brackets, lower case, no root dot, IDNA-encoded."""
+    host = host.strip("[]").lower().removesuffix(".")
+    if not host.isascii():
+        # The codec getaddrinfo itself applies: '１２７．０．０．１' is 127.0.0.1 to it. A host it
+        # cannot encode is found by no resolver, and its connection fails on its own.
+        with contextlib.suppress(UnicodeError):
+            host = host.encode("idna").decode("ascii")
+    return host
+
+
+def literal_address(host: str) -> IPAddress | None:
+    """The address a host spells (any IPv4 spelling, or IPv6), None for a name; InvalidURL for a
+    host that looks numeric but is no address."""
+    host = normalize_host(host)
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        if ":" in host:
+            raise InvalidURL("invalid host (malformed IPv6 address)") from None
+    return ipv4_literal(host)
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """Every address getaddrinfo gives for `host`, in its order, without repeats."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class AddressGuard:
+    """Applies an AddressPolicy to URLs and to the addresses a host resolves to."""
+
+    def __init__(self, policy: AddressPolicy, resolver: Resolver = system_resolver) -> None:
+        self.policy = policy
+        self._resolver = resolver
+
+    def check_url(self, url: str, resolve: bool = False) -> None:
+        """Raise BlockedAddress when `url`'s host is refused (InvalidURL when it has none).
+
+        Without `resolve`, only an address written in the URL is judged and a host name is left
+        to the connection-time check; with it the name is resolved and judged too, and a name
+        that does not resolve passes (its connection fails by itself).
+        """
+        host, port = _host_and_port(url)
+        if not resolve:
+            self._judge(host, _LOOPBACK if _is_localhost(host) else literal_address(host))
+            return
+        with contextlib.suppress(OSError):
+            self.addresses_for(host, port)
+
+    def addresses_for(self, host: str, port: int) -> list[IPAddress]:
+        """The addresses to connect to for host:port, every one judged. Raises BlockedAddress if
+        any is refused (one bad answer among good ones is how rebinding attacks start), and
+        socket.gaierror when the name does not resolve."""
+        host = normalize_host(host)
+        literal = literal_address(host)
+        if literal is not None:
+            self._judge(host, literal)
+            return [literal]
+        if _is_localhost(host):
+            self._judge(host, _LOOPBACK)  # whatever a resolver would say
+        answers = self._resolver(host, port)
+        if not answers:
+            raise socket.gaierror(socket.EAI_NONAME, f"no address for {host}")
+        addresses = [_answer_address(host, answer) for answer in answers]
+        for address in addresses:
+            self._judge(host, address)
+        return addresses
+
+    def _judge(self, host: str, address: IPAddress | None) -> None:
+        host = normalize_host(host)
+        if address is None or self.policy.allowlist.allows_host(host):
+            return
+        reason = self.policy.refusal(address)
+        if reason is not None:
+            log.debug("refused %s (%s): %s", host, address, reason)
+            shown = "" if literal_address(host) == address else f"{host} -> "
+            raise BlockedAddress(f"{shown}{address} is {reason}")
+
+
+def _is_localhost(host: str) -> bool:
+    """'localhost' and names under it are loopback by definition (RFC 6761)."""
+    return normalize_host(host).rpartition(".")[2] == "localhost"
+
+
+def _answer_address(host: str, answer: str) -> IPAddress:
+    try:
+        return ipaddress.ip_address(answer)
+    except ValueError:  # a resolver that answers nonsense is not trusted with anything
+        raise BlockedAddress(f"{host} resolved to {answer!r}, not an address") from None
+
+
+def _host_and_port(url: str) -> tuple[str, int]:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise InvalidURL("cannot be parsed (malformed host or port)") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
+        raise InvalidURL("not an http(s) URL with a host")
+    return parts.hostname, port or DEFAULT_PORTS[scheme]
+
+
+# --- Transport: requests -> urllib3 pools -> connections that connect through the guard --------
+
+
+@dataclass(frozen=True)
+class _Connector:
+    guard: AddressGuard
+    open_socket: SocketOpener
+
+    def connect(self, connection: HTTPConnection) -> socket.socket:
+        """What urllib3's HTTPConnection._new_conn does, with the addresses chosen by the guard
+        and its errors translated the same way."""
+        host, port = connection.host, connection.port
+        try:
+            addresses = self.guard.addresses_for(host, port)
+            error: OSError = OSError(f"no address to connect to for {host}")
+            for address in addresses:
+                target = (str(address), port)
+                try:
+                    return self.open_socket(
+                        target, connection.timeout, connection.source_address, connection.socket_options
+                    )
+                except OSError as exc:
+                    error = exc
+            raise error
+        except socket.gaierror as exc:
+            raise NameResolutionError(host, connection, exc) from exc
+        except TimeoutError as exc:
+            raise ConnectTimeoutError(connection, f"connection to {host} timed out") from exc
+        except OSError as exc:
+            raise NewConnectionError(connection, f"failed to connect to {host}: {exc}") from exc
+
+
+class _GuardedHTTPConnection(HTTPConnection):
+    def __init__(self, *args: Any, connector: _Connector, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._connector = connector
+
+    def _new_conn(self) -> socket.socket:
+        return self._connector.connect(self)
+
+
+class _GuardedHTTPSConnection(HTTPSConnection):
+    # TLS is set up by HTTPSConnection.connect over the socket made here, for the host name.
+    def __init__(self, *args: Any, connector: _Connector, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._connector = connector
+
+    def _new_conn(self) -> socket.socket:
+        return self._connector.connect(self)
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+class _GuardedPoolManager(PoolManager):
+    def __init__(self, connector: _Connector, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._connector = connector
+        self.pool_classes_by_scheme = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
+
+    def _new_pool(
+        self, scheme: str, host: str, port: int, request_context: dict[str, Any] | None = None
+    ) -> HTTPConnectionPool:
+        # Extra pool keywords reach each new connection: that is how it gets the connector.
+        context = dict(self.connection_pool_kw if request_context is None else request_context)
+        context["connector"] = self._connector
+        return super()._new_pool(scheme, host, port, context)
+
+
+class GuardedAdapter(requests.adapters.HTTPAdapter):
+    """An HTTPAdapter whose every connection goes through an AddressGuard.
+
+    A request sent through a proxy connects to the proxy (an address the operator chose), so
+    the target's name is resolved and judged here before the request goes out.
+    """
+
+    def __init__(self, guard: AddressGuard, open_socket: SocketOpener = create_connection) -> None:
+        self.guard = guard
+        self._connector = _Connector(guard, open_socket)  # before super(): it builds the pools
+        super().__init__()
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **kwargs: Any) -> None:
+        self._pool_connections, self._pool_maxsize, self._pool_block = connections, maxsize, block
+        self.poolmanager = _GuardedPoolManager(
+            self._connector, num_pools=connections, maxsize=maxsize, block=block, **kwargs
+        )
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        if request.url and proxies and select_proxy(request.url, dict(proxies)):
+            self.guard.check_url(request.url, resolve=True)
+        return super().send(request, stream, timeout, verify, cert, dict(proxies) if proxies else None)
+
+
+def guarded_session(
+    settings: Settings,
+    *,
+    resolver: Resolver = system_resolver,
+    open_socket: SocketOpener = create_connection,
+) -> requests.Session:
+    """A requests.Session that refuses blocked addresses (BLOCK_PRIVATE_ADDRESSES,
+    FETCH_ALLOWLIST) on every connection, redirects included.
+
+    Proxy settings in the environment are ignored: a proxy would make the connection instead of
+    us. `resolver` and `open_socket` are seams for tests.
+    """
+    guard = AddressGuard(AddressPolicy.from_settings(settings), resolver)
+    adapter = GuardedAdapter(guard, open_socket)
+    session = requests.Session()
+    session.trust_env = False
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def check_url(settings: Settings, *, resolver: Resolver | None = None) -> UrlCheck:
+    """A per-hop URL check raising BlockedAddress, for worker.fetch.Fetcher(check_url=...).
+
+    It judges addresses written in the URL and asks no DNS: names are judged by
+    guarded_session's connections. Given a `resolver`, it resolves and judges names as well.
+    """
+    guard = AddressGuard(AddressPolicy.from_settings(settings), resolver or system_resolver)
+    return functools.partial(guard.check_url, resolve=resolver is not None)
