@@ -6,8 +6,17 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:run:<run>:stats        hash   counters of one run (enqueued.<queue>, retries, cache_hits, ...)
     crawl:rate:<domain>          string GCRA theoretical arrival time of a domain (expires)
     crawl:cache:<fingerprint>    string cached response (expires after CACHE_TTL_S)
+    crawl:sent:<domain>          string server time of the domain's latest request, µs (expires)
+    crawl:pause:<domain>         string the domain asked us to stay away (Retry-After; expires)
+    crawl:backoff:<domain>       hash   interval multiplier after 429/503 without Retry-After (expires)
+    crawl:inflight:<domain>      zset   concurrency leases: member = lease id, score = its expiry
+    crawl:robots:<domain>        string the domain's robots.txt verdict and text (expires)
+    crawl:robots-lock:<domain>   string held by the one worker fetching robots.txt (expires)
+    crawl:proxy-failures:<proxy> string recent failures of a proxy (expires)
+    crawl:proxy-bench:<proxy>    string present while a proxy is benched (expires)
+    crawl:deliveries:<message>   string redeliveries of one message, to bound a crash loop (expires)
 
-Only cache and rate keys expire. Dedup and run counters are state: run Redis with
+Only the keys marked (expires) expire. Dedup and run counters are state: run Redis with
 ``maxmemory-policy noeviction`` (or keep the cache in another database) so eviction never
 forgets them.
 """
@@ -33,6 +42,35 @@ class Keys:
 
     def cache(self, fingerprint_hex: str) -> str:
         return f"{self.prefix}:cache:{fingerprint_hex}"
+
+    def sent(self, domain: str) -> str:
+        return f"{self.prefix}:sent:{domain}"
+
+    def pause(self, domain: str) -> str:
+        return f"{self.prefix}:pause:{domain}"
+
+    def backoff(self, domain: str) -> str:
+        return f"{self.prefix}:backoff:{domain}"
+
+    def inflight(self, domain: str) -> str:
+        return f"{self.prefix}:inflight:{domain}"
+
+    def robots(self, domain: str) -> str:
+        return f"{self.prefix}:robots:{domain}"
+
+    def robots_lock(self, domain: str) -> str:
+        return f"{self.prefix}:robots-lock:{domain}"
+
+    def proxy_failures(self, proxy: str) -> str:
+        """`proxy` is the proxy's address without credentials (scheme://host:port)."""
+        return f"{self.prefix}:proxy-failures:{proxy}"
+
+    def proxy_bench(self, proxy: str) -> str:
+        return f"{self.prefix}:proxy-bench:{proxy}"
+
+    def deliveries(self, message_fp: str) -> str:
+        """`message_fp` is worker.poison.message_fingerprint of the message."""
+        return f"{self.prefix}:deliveries:{message_fp}"
 
     def all_pattern(self) -> str:
         return f"{self.prefix}:*"

@@ -54,3 +54,14 @@ CREATE TABLE IF NOT EXISTS skips (
     recorded_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (run_id, url)
 );
+
+-- How a page was obtained: a 304 answer to a conditional request (the cached body was reused),
+-- and the proxy it came through (scheme://host:port, never credentials).
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS not_modified boolean NOT NULL DEFAULT false;
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS proxy text;
+
+-- Recrawls and extraction profiles: a hash of the visible text tells an unchanged page, and
+-- the fields a profile extracted are kept beside the built-in ones.
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS content_hash text;
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS profile text;
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS extracted jsonb NOT NULL DEFAULT '{}';

@@ -1,5 +1,5 @@
-"""A response cache in Redis, shared by every worker, so re-crawls during development (and
-URLs that reach us twice) skip the network.
+"""A response cache in Redis, shared by every worker, so re-crawls (and URLs that reach us
+twice) skip the network while fresh, and the body transfer once revalidated.
 
 One string key per URL fingerprint (keys.cache(fingerprint_hex)), written with an expiry.
 The value is a compact JSON header line, b"\\n", then the zlib-compressed body:
@@ -9,6 +9,11 @@ The value is a compact JSON header line, b"\\n", then the zlib-compressed body:
 json.dumps escapes newlines inside strings, so the first b"\\n" always ends the header.
 A value that does not decode (an older format, a truncated write) is a miss, never an error:
 the cache only saves work.
+
+Freshness: an entry is kept for CACHE_TTL_S, but used without asking the server only while
+younger than CACHE_FRESH_S (default 0: never). An older entry is revalidated: its ETag and
+Last-Modified go out as If-None-Match / If-Modified-Since, and a 304 reuses the cached body,
+after which the entry is stored again, fresh, for another CACHE_TTL_S.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import redis
 
 from shared.keys import Keys
 from shared.settings import Settings
-from worker.fetch import FetchResult, is_html
+from worker.fetch import FetchResult, Validators, is_html
 from worker.parse import decode_html
 from worker.redis_errors import translate_redis_errors
 
@@ -46,6 +51,16 @@ class CachedResponse:
 
     def text(self) -> str:
         return decode_html(self.body, self.content_type)
+
+    def is_fresh(self, fresh_s: float, now: float) -> bool:
+        """Young enough (by `now`, Unix time) to use without asking the server."""
+        return now - self.stored_at < fresh_s
+
+    def validators(self) -> Validators | None:
+        """What to send in a conditional request; None if the server gave us nothing to send."""
+        if not self.etag and not self.last_modified:
+            return None
+        return Validators(self.etag, self.last_modified)
 
 
 class ResponseCache:
@@ -103,11 +118,7 @@ class ResponseCache:
             "lm": result.last_modified,
             "at": self._clock(),
         }
-        value = (
-            json.dumps(header, separators=(",", ":")).encode()
-            + b"\n"
-            + zlib.compress(result.body, 6)
-        )
+        value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + zlib.compress(result.body, 6)
         key = self._keys.cache(fingerprint_hex)
         with translate_redis_errors(self._client):
             self._client.set(key, value, px=self._ttl_ms)

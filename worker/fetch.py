@@ -3,7 +3,13 @@
 Redirects are followed here rather than by requests so that every hop passes through
 `check_url` (the place for an SSRF guard) and counts against one overall deadline.
 requests and urllib3 errors are translated into TransientError / PermanentError in
-`_translate_errors` and nowhere else. HTTP statuses are judged by the pure function `classify`.
+`_translate_errors` and nowhere else. HTTP statuses are judged by the pure function `classify`;
+429 and 503 become Throttled, carrying the Retry-After delay for the domain's shared pause.
+
+A request may go through a proxy (`proxy=` URL). Failures that are the proxy's fault (cannot
+connect to it, 407) raise ProxyFailed, so the caller can count them against that proxy. Proxies
+come from the caller only: the session ignores HTTP_PROXY and friends in the environment.
+`Fetcher.request` takes the status judgement as an argument (robots.txt is judged differently).
 
 A Fetcher holds one pooled requests.Session and is used by one thread only.
 """
@@ -26,6 +32,8 @@ import urllib3.exceptions
 from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
 from worker.parse import decode_html
+from worker.politeness import Throttled, parse_retry_after
+from worker.proxies import ProxyFailed, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +107,16 @@ def classify(
     location: str | None = None,
     retry_after: str | None = None,
     conditional: bool = False,
+    now: float | None = None,
 ) -> Verdict:
     """Judge a response by its status line and headers; raise the TaskError it deserves.
 
     `conditional` says whether the request carried validators, which is what makes a 304 good.
+    `now` (Unix time) reads a Retry-After given as a date; default: the clock.
     """
     if 200 <= status < 300:
         if not is_html(content_type):
-            raise PermanentError(
-                "unsupported_content", f"Content-Type {content_type!r}", http_status=status
-            )
+            raise PermanentError("unsupported_content", f"Content-Type {content_type!r}", http_status=status)
         return Verdict.OK
     if status == 304:
         if conditional:
@@ -121,15 +129,24 @@ def classify(
         return Verdict.REDIRECT
     if status in (408, 429) or 500 <= status < 600:
         detail = f"Retry-After: {retry_after}" if retry_after else ""
+        if status in (429, 503):
+            delay_s = parse_retry_after(retry_after, time.time() if now is None else now)
+            raise Throttled(f"http_{status}", detail, status, delay_s)
         raise TransientError(f"http_{status}", detail, http_status=status)
     raise PermanentError(f"http_{status}", http_status=status)
 
 
 @contextlib.contextmanager
-def _translate_errors(url: str) -> Iterator[None]:
+def _translate_errors(url: str, via_proxy: bool = False) -> Iterator[None]:
     """The one place where requests' and urllib3's exceptions become ours."""
     try:
         yield
+    except requests.exceptions.ProxyError as exc:  # before ConnectionError, its base
+        raise ProxyFailed("proxy_error", without_credentials(f"{url}: {exc}")) from None
+    except requests.exceptions.ConnectTimeout as exc:
+        if via_proxy:  # the connection that timed out was the one to the proxy
+            raise ProxyFailed("proxy_error", without_credentials(f"{url}: {exc}")) from None
+        raise TransientError("timeout", f"{url}: {exc}") from None
     except requests.exceptions.Timeout as exc:  # before ConnectionError: ConnectTimeout is both
         raise TransientError("timeout", f"{url}: {exc}") from None
     except (
@@ -171,10 +188,13 @@ def _remaining_s(deadline: float, url: str) -> float:
     return remaining
 
 
-def _read_body(response: requests.Response, max_bytes: int, deadline: float, url: str) -> bytes:
-    """The decoded body, refused past `max_bytes` (after decompression) or past the deadline."""
+def _read_body(
+    response: requests.Response, max_bytes: int, deadline: float, url: str, truncate: bool = False
+) -> bytes:
+    """The decoded body, refused past `max_bytes` (after decompression) or past the deadline;
+    with `truncate`, cut at `max_bytes` instead of refused."""
     declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    if declared.isdigit() and int(declared) > max_bytes and not truncate:
         raise PermanentError("too_large", f"Content-Length {declared} > {max_bytes}")
     chunks: list[bytes] = []
     size = 0
@@ -187,8 +207,26 @@ def _read_body(response: requests.Response, max_bytes: int, deadline: float, url
             return b"".join(chunks)
         size += len(chunk)
         if size > max_bytes:
+            if truncate:
+                chunks.append(chunk)
+                return b"".join(chunks)[:max_bytes]
             raise PermanentError("too_large", f"body over {max_bytes} bytes")
         chunks.append(chunk)
+
+
+Judge = Callable[[requests.Response, bool], Verdict]
+"""Judges a response (and whether the request was conditional): OK, NOT_MODIFIED or REDIRECT,
+or raises the TaskError it deserves."""
+
+
+def judge_page(response: requests.Response, conditional: bool) -> Verdict:
+    return classify(
+        response.status_code,
+        content_type=response.headers.get("Content-Type"),
+        location=response.headers.get("Location"),
+        retry_after=response.headers.get("Retry-After"),
+        conditional=conditional,
+    )
 
 
 class Fetcher:
@@ -204,6 +242,9 @@ class Fetcher:
         self._check_url = check_url
         self._session = session_factory()
         self._session.headers["User-Agent"] = settings.user_agent
+        # Proxies are chosen per request from PROXIES; a stray HTTP_PROXY in the environment
+        # must not route traffic elsewhere.
+        self._session.trust_env = False
         # One session serves every site for the thread's whole life: a cookie jar would grow
         # without bound and carry state from one unrelated fetch into the next.
         self._session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
@@ -217,31 +258,42 @@ class Fetcher:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def fetch(self, url: str, validators: Validators | None = None) -> FetchResult:
+    def fetch(self, url: str, validators: Validators | None = None, proxy: str | None = None) -> FetchResult:
         """GET `url`, following up to max_redirects redirects; raise a TaskError on failure."""
-        started = time.monotonic()
-        deadline = started + self._settings.fetch_deadline_s
         # The validators belong to the resource at the end of the chain; sending them on
         # every hop is harmless, since redirect responses do not answer conditionals.
         headers = validators.headers() if validators else {}
+        return self.request(url, headers, proxy, judge_page, self._settings.max_body_bytes)
+
+    def request(
+        self,
+        url: str,
+        headers: dict[str, str],
+        proxy: str | None,
+        judge: Judge,
+        max_bytes: int,
+        truncate: bool = False,
+    ) -> FetchResult:
+        """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
+        started = time.monotonic()
+        deadline = started + self._settings.fetch_deadline_s
         current = url
         visited = {url}
         for redirects in range(self._settings.max_redirects + 1):
             _require_http_url(current)
             self._check_url(current)
-            with _translate_errors(current), self._get(current, headers, deadline) as response:
+            with (
+                _translate_errors(current, via_proxy=proxy is not None),
+                self._get(current, headers, proxy, deadline) as response,
+            ):
+                if proxy is not None and response.status_code == 407:
+                    raise ProxyFailed("proxy_error", "407 Proxy Authentication Required", 407)
+                verdict = judge(response, bool(headers))
                 location = response.headers.get("Location")
-                verdict = classify(
-                    response.status_code,
-                    content_type=response.headers.get("Content-Type"),
-                    location=location,
-                    retry_after=response.headers.get("Retry-After"),
-                    conditional=bool(headers),
-                )
                 if verdict is not Verdict.REDIRECT:
                     body = b""
-                    if verdict is Verdict.OK:
-                        body = _read_body(response, self._settings.max_body_bytes, deadline, url)
+                    if verdict is Verdict.OK and 200 <= response.status_code < 300:
+                        body = _read_body(response, max_bytes, deadline, url, truncate)
                     return FetchResult(
                         url=url,
                         final_url=current,
@@ -256,18 +308,23 @@ class Fetcher:
                         not_modified=verdict is Verdict.NOT_MODIFIED,
                     )
             current = self._next_hop(current, location or "", visited)
-        raise PermanentError(
-            "redirect_loop", f"{url}: more than {self._settings.max_redirects} redirects"
-        )
+        raise PermanentError("redirect_loop", f"{url}: more than {self._settings.max_redirects} redirects")
 
-    def _get(self, url: str, headers: dict[str, str], deadline: float) -> requests.Response:
+    def _get(
+        self, url: str, headers: dict[str, str], proxy: str | None, deadline: float
+    ) -> requests.Response:
         remaining = _remaining_s(deadline, url)
         timeout = (
             min(self._settings.fetch_connect_timeout_s, remaining),
             min(self._settings.fetch_read_timeout_s, remaining),
         )
         return self._session.get(
-            url, headers=headers, timeout=timeout, allow_redirects=False, stream=True
+            url,
+            headers=headers,
+            timeout=timeout,
+            allow_redirects=False,
+            stream=True,
+            proxies={"http": proxy, "https": proxy} if proxy else None,
         )
 
     @staticmethod
@@ -283,4 +340,3 @@ class Fetcher:
         visited.add(target)
         log.debug("redirect %s -> %s", current, target)
         return target
-

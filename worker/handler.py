@@ -1,19 +1,23 @@
 """What a worker does with one delivery: `CrawlHandler.__call__(delivery) -> Outcome`.
 
 Free of pika: it returns what to publish and whether to ack, and the shared consumer loop does
-it. The order of work for a URL: decode → response cache → per-domain rate limit → fetch →
-parse → commit → (ack). Transient failures go to a delay queue with the attempt count in our
-own header; the last allowed failure, or a permanent one, goes to the dead-letter exchange.
+it. The order of work for a URL: decode → robots.txt (skip if disallowed) → response cache
+(fresh: done; stale: revalidate) → domain gate (rate, concurrency, pause) → fetch → parse →
+commit → (ack). Transient failures go to a delay queue with the attempt count in our own
+header; the last allowed failure, or a permanent one, goes to the dead-letter exchange. A URL
+the domain cannot take now (TryLater) goes to a delay queue without being charged an attempt:
+never dropped, never acked unprocessed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from shared.broker import Publication
 from shared.consumer import Delivery, Outcome
@@ -23,9 +27,14 @@ from shared.settings import Settings
 from shared.topology import Topology, dead_letter_exchange, delay_routing_key, retry_exchange
 from shared.urls import domain_of
 from worker.parse import ParsedPage, decode_html, parse_page
-from worker.store import PageRow
+from worker.poison import DeliveryLimit
+from worker.politeness import TryLater
+from worker.robots import RobotsAnswer, RobotsRules
+from worker.store import PageRow, SkipRow
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -37,34 +46,55 @@ class Response:
     content_type: str
     body: bytes
     fetch_ms: int | None
-    from_cache: bool
+    from_cache: bool  # the body came from the cache (fresh, or revalidated by a 304)
+    not_modified: bool = False  # a 304 answered our conditional request
+    proxy: str | None = None  # the proxy it came through, without credentials
+    etag: str | None = None
+    last_modified: str | None = None
 
 
 @dataclass(frozen=True)
-class Deferred:
-    """The domain is busy for longer than a handler thread should wait."""
+class CacheEntry:
+    response: Response  # as cached
+    fresh: bool  # young enough to use without asking the server
 
-    wait_s: float
+
+@dataclass(frozen=True)
+class PageSource:
+    """How a stored page was obtained, beyond what PageRow says."""
+
+    not_modified: bool
+    proxy: str | None
 
 
 class Fetch(Protocol):
-    def __call__(self, url: str) -> Response: ...
+    def page(self, url: str, revalidate: CacheEntry | None) -> Response:
+        """GET `url`; conditional when `revalidate` has validators (then a 304 has no body)."""
+        ...
+
+    def robots_txt(self, url: str) -> RobotsAnswer: ...
 
 
 class Cache(Protocol):
-    """Read side of the response cache; the fetcher writes fresh responses into it."""
+    def get(self, url: str) -> CacheEntry | None: ...
 
-    def get(self, url: str) -> Response | None: ...
+    def put(self, url: str, response: Response) -> None: ...
 
 
-class RateLimit(Protocol):
-    def wait_s(self, domain: str) -> tuple[float, bool]:
-        """(seconds to wait, whether a slot was reserved for this caller)."""
-        ...
+class Gate(Protocol):
+    """worker.politeness.DomainGate: every request to a domain goes through it."""
+
+    def call(self, domain: str, send: Callable[[], T], crawl_delay_s: float | None = None) -> T: ...
+
+
+class Robots(Protocol):
+    def rules_for(self, url: str, fetch: Callable[[str], RobotsAnswer]) -> RobotsRules: ...
 
 
 class Store(Protocol):
-    def save_page(self, row: PageRow) -> None: ...
+    def save_page(self, row: PageRow, source: PageSource) -> None: ...
+
+    def save_skip(self, row: SkipRow) -> None: ...
 
 
 @dataclass
@@ -73,26 +103,28 @@ class CrawlHandler:
     topology: Topology
     fetch_for_thread: Callable[[], Fetch]  # one fetcher (HTTP session) per handler thread
     cache: Cache
-    rate_limit: RateLimit
+    gate: Gate
+    robots: Robots
     store: Store
-    sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.time
+    delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
 
     def __post_init__(self) -> None:
         self._local = threading.local()
 
     def __call__(self, delivery: Delivery) -> Outcome:
+        if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
+            return too_often
         progress = Progress.from_headers(delivery.headers)
         try:
             task = CrawlTask.decode(delivery.body)
         except DecodeError as exc:
             log.warning("undecodable message on %s: %s", delivery.queue, exc.detail)
-            return self._dead_letter(delivery.body, delivery.queue, progress, exc)
+            return self._dead_letter(delivery.body, "", progress, exc)
         try:
-            response = self._response_for(task)
-            if isinstance(response, Deferred):
-                return self._defer(delivery.body, task, progress, response.wait_s)
-            page = parse_page(decode_html(response.body, response.content_type), response.final_url)
+            return self._crawl(task, progress)
+        except TryLater as later:
+            return self._defer(delivery.body, task, progress, later)
         except TransientError as exc:
             failed = progress.failed_once_more(self.clock())
             if failed.attempt >= self.settings.max_attempts:
@@ -101,27 +133,64 @@ class CrawlHandler:
         except PermanentError as exc:
             failed = progress.failed_once_more(self.clock())
             return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
-        self.store.save_page(self._row(task, response, page, progress))
+
+    def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
+        rules = self._robots_rules(task.url)
+        if rules is not None and not rules.allows(task.url):
+            self.store.save_skip(
+                SkipRow(task.run_id, task.url, "robots", "disallowed by robots.txt", self.settings.worker_id)
+            )
+            log.info("skipped %s: disallowed by robots.txt", task.url)
+            return Outcome.done()
+        response = self._response_for(task.url, rules)
+        page = parse_page(decode_html(response.body, response.content_type), response.final_url)
+        self.store.save_page(
+            self._row(task, response, page, progress), PageSource(response.not_modified, response.proxy)
+        )
         log.info(
-            "stored %s status=%d cache=%s attempt=%d",
+            "stored %s status=%d cache=%s not_modified=%s attempt=%d",
             task.url,
             response.status,
             response.from_cache,
+            response.not_modified,
             progress.attempt + 1,
         )
         return Outcome.done()
 
-    def _response_for(self, task: CrawlTask) -> Response | Deferred:
-        """The response from the cache, or fetched once the domain's rate limit allows."""
-        cached = self.cache.get(task.url)
-        if cached is not None:
-            return cached
-        wait_s, reserved = self.rate_limit.wait_s(domain_of(task.url))
-        if not reserved:
-            return Deferred(wait_s)
-        if wait_s > 0:
-            self.sleep(wait_s)
-        return self._fetcher()(task.url)
+    def _robots_rules(self, url: str) -> RobotsRules | None:
+        if not self.settings.respect_robots:
+            return None
+        domain = domain_of(url)
+
+        def fetch_robots(robots_url: str) -> RobotsAnswer:
+            fetcher = self._fetcher()  # made before the slot: a new session takes time
+            return self.gate.call(domain, lambda: fetcher.robots_txt(robots_url))
+
+        return self.robots.rules_for(url, fetch_robots)
+
+    def _response_for(self, url: str, rules: RobotsRules | None) -> Response:
+        """From the cache while fresh; else fetched (conditionally, if cached) through the gate."""
+        cached = self.cache.get(url)
+        if cached is not None and cached.fresh:
+            return cached.response
+        crawl_delay_s = rules.crawl_delay_s if rules is not None else None
+        fetcher = self._fetcher()
+        fetched = self.gate.call(domain_of(url), lambda: fetcher.page(url, cached), crawl_delay_s)
+        if fetched.not_modified:
+            if cached is None:  # the fetcher only asks conditionally with an entry to revalidate
+                raise PermanentError("http_304", "not modified, but nothing was cached", 304)
+            fetched = dataclasses.replace(
+                cached.response,
+                fetch_ms=fetched.fetch_ms,
+                from_cache=True,
+                not_modified=True,
+                proxy=fetched.proxy,
+                etag=fetched.etag or cached.response.etag,
+                last_modified=fetched.last_modified or cached.response.last_modified,
+            )
+        if fetched.status == 200:
+            self.cache.put(url, fetched)  # after a 304 too: the entry is fresh again
+        return fetched
 
     def _fetcher(self) -> Fetch:
         fetcher: Fetch | None = getattr(self._local, "fetcher", None)
@@ -142,11 +211,11 @@ class CrawlHandler:
             )
         )
 
-    def _defer(self, body: bytes, task: CrawlTask, progress: Progress, wait_s: float) -> Outcome:
-        """Over the domain's rate for longer than we wait in-process: back through a delay queue,
-        with no attempt charged. The message is acked only once its copy is confirmed."""
-        delay_ms = self.topology.delay_ms_for(wait_s)
-        log.debug("deferring %s by %dms (rate limit)", task.url, delay_ms)
+    def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:
+        """The domain cannot take the URL for longer than we wait in-process: back through a
+        delay queue, with no attempt charged. The message is acked only once its copy is confirmed."""
+        delay_ms = self.topology.delay_ms_for(later.wait_s)
+        log.debug("deferring %s by %dms (%s)", task.url, delay_ms, later.reason)
         return Outcome.forward(
             Publication(
                 retry_exchange(self.topology.namespace),

@@ -1,96 +1,275 @@
-"""A per-domain rate limit shared by every worker: GCRA in one Redis Lua script.
+"""Per-domain politeness state shared by every worker: GCRA, pauses, backoff and concurrency
+leases, each decision in one Redis Lua script.
 
 GCRA (the generic cell rate algorithm) keeps a single number per domain, the theoretical
 arrival time (TAT) of the next request. A reservation moves the TAT one interval on and
-tells the caller how long to wait before fetching. The script reads the clock with
-redis.call('TIME'), so workers on hosts with skewed clocks still share one timeline, and it
-reads and writes the TAT atomically, so concurrent workers never take the same slot.
+tells the caller how long to wait before fetching. The scripts read the clock with
+redis.call('TIME'), so workers on hosts with skewed clocks still share one timeline, and they
+read and write atomically, so concurrent workers never take the same slot.
+
+The reservation script honours, in the same atomic step:
+- a pause (keys.pause): no slot before it ends (a server's Retry-After);
+- a backoff multiplier (keys.backoff): the interval stretched after 429/503 answers without
+  Retry-After; it doubles on such an answer and decays with each success;
+- a concurrency cap (keys.inflight): a sorted set of leases scored by expiry. A worker that
+  dies holding one cannot leak the slot: the lease simply expires.
+
+A reserved slot says when to send; `clear_to_send`, just before sending, checks what actually
+went out (keys.sent): a request that woke late pushes the next one back by as much, instead of
+letting the two arrive closer together than the rate allows. It also reads the pause again, for
+a 429 that arrived while the caller slept.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import uuid
 
 import redis
 
 from shared.keys import Keys
+from worker.politeness import Reservation
 from worker.redis_errors import translate_redis_errors
 
 log = logging.getLogger(__name__)
 
-# KEYS[1]  the domain's TAT, in microseconds of the server clock
-# ARGV[1]  emission interval in microseconds (1e6 / rate)
-# ARGV[2]  burst tolerance in microseconds (interval * (burst - 1))
-# ARGV[3]  longest acceptable wait in microseconds
-# Returns {1, wait_us} when the slot was reserved, {0, wait_us} when the wait was too long
-# (then nothing is written). Waits are whole microseconds: Redis truncates Lua numbers
-# to integers on the way out.
-_GCRA_LUA = """
+__all__ = ["RateLimiter", "Reservation"]
+
+MAX_BACKOFF = 64.0  # the interval never stretches beyond this multiple
+BACKOFF_DECAY = 0.9  # each success multiplies the stretch by this
+BACKOFF_MEMORY_MS = 3_600_000  # an idle domain's backoff is forgotten after an hour
+
+# KEYS  1 TAT (µs of the server clock)  2 pause  3 backoff hash  4 inflight leases
+# ARGV  1 emission interval µs (1e6 / rate)  2 burst tolerance µs  3 longest acceptable wait µs
+#       4 concurrency cap (0 = none)  5 lease length µs after the wait  6 lease id
+# Returns {reserved 0|1, wait µs, reason, backoff multiplier}. Refused reservations write
+# nothing. Numbers leave Lua truncated to integers, and tostring() keeps 14 digits only, so
+# large numbers are formatted with %.0f.
+_RESERVE_LUA = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local interval = tonumber(ARGV[1])
-local tolerance = tonumber(ARGV[2])
+local multiplier = tonumber(redis.call('HGET', KEYS[3], 'm') or '1')
+local interval = tonumber(ARGV[1]) * multiplier
+local tolerance = tonumber(ARGV[2]) * multiplier
 local max_wait = tonumber(ARGV[3])
+local cap = tonumber(ARGV[4])
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then
   tat = now
 end
-local wait = tat - tolerance - now
+local start = tat - tolerance
+local reason = 'rate'
+local pause_ms = redis.call('PTTL', KEYS[2])
+if pause_ms > 0 then
+  local pause_end = now + pause_ms * 1000
+  if pause_end > start then
+    start = pause_end
+    reason = 'paused'
+  end
+  if pause_end > tat then
+    tat = pause_end
+  end
+end
+local wait = start - now
 if wait < 0 then
   wait = 0
 end
 if wait > max_wait then
-  return {0, math.ceil(wait)}
+  return {0, math.ceil(wait), reason, tostring(multiplier)}
+end
+if cap > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now))
+  if redis.call('ZCARD', KEYS[4]) >= cap then
+    return {0, math.ceil(wait), 'busy', tostring(multiplier)}
+  end
 end
 local new_tat = tat + interval
 -- Once the TAT is in the past the key means nothing, so let it expire then; idle
--- domains vanish. %.0f because tostring() would round to 14 significant digits.
+-- domains vanish.
 local ttl_ms = math.ceil((new_tat - now) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', ttl_ms)
-return {1, math.ceil(wait)}
+if cap > 0 then
+  local expires = now + wait + tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[4], string.format('%.0f', expires), ARGV[6])
+  local lease_ms = math.ceil((expires - now) / 1000) + 1
+  if redis.call('PTTL', KEYS[4]) < lease_ms then
+    redis.call('PEXPIRE', KEYS[4], lease_ms)
+  end
+end
+return {1, math.ceil(wait), 'ok', tostring(multiplier)}
+"""
+
+# KEYS 1 latest send (µs)  2 pause   ARGV 1 least spacing µs
+# The last word before a request leaves: refused while the domain is paused, or while the
+# previous request went out less than the spacing ago. Returns {cleared 0|1, wait µs, reason}.
+_CLEAR_TO_SEND_LUA = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local pause_ms = redis.call('PTTL', KEYS[2])
+if pause_ms > 0 then
+  return {0, pause_ms * 1000, 'paused'}
+end
+local spacing = tonumber(ARGV[1])
+local due = tonumber(redis.call('GET', KEYS[1]) or '0') + spacing
+if now < due then
+  return {0, math.ceil(due - now), 'spacing'}
+end
+redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(spacing / 1000) + 1)
+return {1, 0, 'ok'}
+"""
+
+# KEYS 1 pause   ARGV 1 pause length ms. A pause only ever grows: a shorter Retry-After
+# from a concurrent answer must not cut a longer one short.
+_PAUSE_LUA = """
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS 1 backoff hash   ARGV 1 base interval µs  2 largest multiplier  3 memory ms
+# Answers to requests that were already in flight report the same overload, so the
+# multiplier doubles at most once per (stretched) interval.
+_SLOW_DOWN_LUA = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local m = tonumber(redis.call('HGET', KEYS[1], 'm') or '1')
+local at = tonumber(redis.call('HGET', KEYS[1], 'at') or '0')
+if now - at >= tonumber(ARGV[1]) * m then
+  m = math.min(m * 2, tonumber(ARGV[2]))
+  redis.call('HSET', KEYS[1], 'm', tostring(m), 'at', string.format('%.0f', now))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return tostring(m)
+"""
+
+# KEYS 1 backoff hash   ARGV 1 decay factor. Back at (about) 1, the key goes.
+_SPEED_UP_LUA = """
+local m = tonumber(redis.call('HGET', KEYS[1], 'm') or '1')
+if m <= 1 then
+  return '1'
+end
+m = m * tonumber(ARGV[1])
+if m <= 1.01 then
+  redis.call('DEL', KEYS[1])
+  return '1'
+end
+redis.call('HSET', KEYS[1], 'm', tostring(m))
+return tostring(m)
 """
 
 
-@dataclass(frozen=True)
-class Reservation:
-    """How long to wait before fetching, and whether that slot is now ours.
-
-    reserved=False: the wait would have exceeded max_wait_s, nothing was taken, and `wait_s`
-    says how long the caller would have had to wait (e.g. to delay the task elsewhere).
-    """
-
-    wait_s: float
-    reserved: bool
-
-
 class RateLimiter:
+    """The Redis implementation of worker.politeness.DomainLimiter."""
+
     def __init__(self, redis_client: redis.Redis, keys: Keys) -> None:
         self._client = redis_client
         self._keys = keys
         # register_script sends EVALSHA and reloads the script on NOSCRIPT by itself.
-        self._script = redis_client.register_script(_GCRA_LUA)
+        self._reserve = redis_client.register_script(_RESERVE_LUA)
+        self._clear_to_send = redis_client.register_script(_CLEAR_TO_SEND_LUA)
+        self._pause = redis_client.register_script(_PAUSE_LUA)
+        self._slow_down = redis_client.register_script(_SLOW_DOWN_LUA)
+        self._speed_up = redis_client.register_script(_SPEED_UP_LUA)
 
     def reserve(
-        self, domain: str, rate_per_s: float, burst: int = 1, *, max_wait_s: float
+        self,
+        domain: str,
+        rate_per_s: float,
+        burst: int = 1,
+        *,
+        max_wait_s: float,
+        max_concurrent: int = 0,
+        lease_s: float = 0.0,
     ) -> Reservation:
         """Reserve the domain's next slot if it comes within `max_wait_s`.
 
         `burst` requests may go back to back after an idle spell; after that they are spaced
-        1/rate_per_s apart. With reserved=True the caller sleeps `wait_s`, then fetches.
+        1/rate_per_s apart (times the backoff multiplier), and none before a pause ends. With
+        `max_concurrent` > 0 a lease is taken too, refused (reason 'busy') when that many are
+        held; it lasts the wait plus `lease_s`, or until `release`. With reserved=True the
+        caller sleeps `wait_s`, then fetches.
         """
-        if rate_per_s <= 0 or burst < 1 or max_wait_s < 0:
+        if rate_per_s <= 0 or burst < 1 or max_wait_s < 0 or max_concurrent < 0:
             raise ValueError(
-                f"need rate_per_s > 0, burst >= 1, max_wait_s >= 0; got "
-                f"{rate_per_s}, {burst}, {max_wait_s}"
+                f"need rate_per_s > 0, burst >= 1, max_wait_s >= 0, max_concurrent >= 0; got "
+                f"{rate_per_s}, {burst}, {max_wait_s}, {max_concurrent}"
             )
         interval_us = 1_000_000 / rate_per_s
-        args = [round(interval_us), round(interval_us * (burst - 1)), round(max_wait_s * 1_000_000)]
+        lease = uuid.uuid4().hex if max_concurrent else ""
+        args: list[int | str] = [
+            round(interval_us),
+            round(interval_us * (burst - 1)),
+            round(max_wait_s * 1_000_000),
+            max_concurrent,
+            round(lease_s * 1_000_000),
+            lease,
+        ]
         # Domains are case-insensitive; one spelling must not get a second budget.
-        key = self._keys.rate(domain.lower())
+        domain = domain.lower()
+        keys = [
+            self._keys.rate(domain),
+            self._keys.pause(domain),
+            self._keys.backoff(domain),
+            self._keys.inflight(domain),
+        ]
         with translate_redis_errors(self._client):
-            reserved, wait_us = self._script(keys=[key], args=args)
-        reservation = Reservation(wait_s=int(wait_us) / 1_000_000, reserved=bool(reserved))
+            reserved, wait_us, reason, multiplier = self._reserve(keys=keys, args=args)
+        reservation = Reservation(
+            wait_s=int(wait_us) / 1_000_000,
+            reserved=bool(reserved),
+            reason=_text(reason),
+            lease=lease if reserved else "",
+            backoff=float(_text(multiplier)),
+        )
         if not reservation.reserved:
-            log.debug("rate limit: %s needs %.3f s > %.3f s", domain, reservation.wait_s, max_wait_s)
+            log.debug(
+                "rate limit: %s refused (%s), wait %.3f s, max %.3f s",
+                domain,
+                reservation.reason,
+                reservation.wait_s,
+                max_wait_s,
+            )
         return reservation
+
+    def clear_to_send(self, domain: str, spacing_s: float) -> tuple[bool, float, str]:
+        """Record a request going out now, unless the domain is paused or its previous request
+        left less than `spacing_s` ago: then (False, seconds to wait, 'paused' | 'spacing')."""
+        domain = domain.lower()
+        keys = [self._keys.sent(domain), self._keys.pause(domain)]
+        with translate_redis_errors(self._client):
+            cleared, wait_us, reason = self._clear_to_send(keys=keys, args=[round(spacing_s * 1_000_000)])
+        return bool(cleared), int(wait_us) / 1_000_000, _text(reason)
+
+    def release(self, domain: str, lease: str) -> None:
+        """Give a concurrency lease back before it expires."""
+        with translate_redis_errors(self._client):
+            self._client.zrem(self._keys.inflight(domain.lower()), lease)
+
+    def pause(self, domain: str, seconds: float) -> None:
+        """No worker gets a slot for `seconds` from now (unless a longer pause is already set)."""
+        with translate_redis_errors(self._client):
+            self._pause(keys=[self._keys.pause(domain.lower())], args=[max(1, round(seconds * 1000))])
+
+    def paused_s(self, domain: str) -> float:
+        with translate_redis_errors(self._client):
+            remaining_ms = int(self._client.pttl(self._keys.pause(domain.lower())))
+        return max(0, remaining_ms) / 1000
+
+    def slow_down(self, domain: str, rate_per_s: float) -> float:
+        """Double the domain's interval multiplier (at most once per interval); return it."""
+        args = [round(1_000_000 / rate_per_s), MAX_BACKOFF, BACKOFF_MEMORY_MS]
+        with translate_redis_errors(self._client):
+            multiplier = self._slow_down(keys=[self._keys.backoff(domain.lower())], args=args)
+        return float(_text(multiplier))
+
+    def speed_up(self, domain: str) -> float:
+        """One success: shrink the multiplier towards 1; return it."""
+        with translate_redis_errors(self._client):
+            multiplier = self._speed_up(keys=[self._keys.backoff(domain.lower())], args=[BACKOFF_DECAY])
+        return float(_text(multiplier))
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -2,18 +2,41 @@
 
 from __future__ import annotations
 
-import redis
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
+import psycopg
+import redis
+from psycopg.types.json import Jsonb
+
+from shared import db
 from shared.keys import Keys
 from shared.settings import Settings
 from shared.topology import build_topology
 from shared.urls import fingerprint
 from worker.cache import ResponseCache
-from worker.fetch import Fetcher, FetchResult
-from worker.handler import CrawlHandler, Fetch, Response
+from worker.fetch import Fetcher, FetchResult, Validators
+from worker.handler import CacheEntry, CrawlHandler, Fetch, PageSource, Response
+from worker.poison import DeliveryLimit
+from worker.politeness import LEASE_MARGIN_S, DomainGate, PolitenessConfig
+from worker.proxies import Proxy, ProxyFailed, ProxyPool
 from worker.ratelimit import RateLimiter
 from worker.redis_errors import translate_redis_errors
-from worker.store import ResultStore
+from worker.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
+from worker.store import UPSERT_PAGE, PageRow, ResultStore
+
+R = TypeVar("R")
+
+GIL_SWITCH_INTERVAL_S = 0.001
+
+# Columns a page row has beyond those of store.UPSERT_PAGE (appended to shared/schema.sql).
+SET_PAGE_SOURCE = """
+UPDATE pages SET not_modified = %(not_modified)s, proxy = %(proxy)s
+WHERE run_id = %(run_id)s AND url = %(url)s
+"""
 
 
 def connect_redis(settings: Settings) -> redis.Redis:
@@ -25,7 +48,7 @@ def connect_redis(settings: Settings) -> redis.Redis:
     return client
 
 
-def to_response(result: FetchResult) -> Response:
+def to_response(result: FetchResult, proxy: Proxy | None) -> Response:
     return Response(
         final_url=result.final_url,
         status=result.status,
@@ -33,59 +56,161 @@ def to_response(result: FetchResult) -> Response:
         body=result.body,
         fetch_ms=result.elapsed_ms,
         from_cache=False,
+        not_modified=result.not_modified,
+        proxy=proxy.label if proxy else None,
+        etag=result.etag,
+        last_modified=result.last_modified,
     )
 
 
 class HttpFetch:
-    """A Fetcher (one pooled HTTP session) for one handler thread; fresh responses go to the cache."""
+    """A Fetcher (one pooled HTTP session) for one handler thread, through the proxy pool if any."""
 
-    def __init__(self, settings: Settings, cache: ResponseCache) -> None:
+    def __init__(self, settings: Settings, proxies: ProxyPool | None) -> None:
         self._fetcher = Fetcher(settings)
-        self._cache = cache
+        self._proxies = proxies
 
-    def __call__(self, url: str) -> Response:
-        result = self._fetcher.fetch(url)
-        self._cache.put(fingerprint(url).hex(), result)
-        return to_response(result)
+    def page(self, url: str, revalidate: CacheEntry | None) -> Response:
+        validators = None
+        if revalidate is not None:
+            cached = revalidate.response
+            if cached.etag or cached.last_modified:
+                validators = Validators(cached.etag, cached.last_modified)
+        return self._through(
+            lambda proxy: to_response(
+                self._fetcher.fetch(url, validators, proxy.url if proxy else None), proxy
+            )
+        )
+
+    def robots_txt(self, url: str) -> RobotsAnswer:
+        return self._through(lambda proxy: fetch_robots(self._fetcher, url, proxy.url if proxy else None))
+
+    def _through(self, call: Callable[[Proxy | None], R]) -> R:
+        """`call` through a proxy from the pool (or directly, without one). When the proxy
+        fails, one other proxy gets a try: a ProxyFailed request never reached the site, so
+        this second try is still the one request the domain gate let through."""
+        if self._proxies is None:
+            return call(None)
+        tried: list[Proxy] = []
+        while True:
+            proxy = self._proxies.choose(avoid=tried)
+            try:
+                return call(proxy)
+            except ProxyFailed as exc:
+                self._proxies.failed(proxy, exc)
+                tried.append(proxy)
+                if len(tried) >= min(2, self._proxies.size):
+                    raise
 
 
 class RedisCache:
-    def __init__(self, cache: ResponseCache) -> None:
-        self._cache = cache
+    """The handler's view of the response cache: entries with their freshness."""
 
-    def get(self, url: str) -> Response | None:
+    def __init__(self, cache: ResponseCache, fresh_s: float, clock: Callable[[], float] = time.time) -> None:
+        self._cache = cache
+        self._fresh_s = fresh_s
+        self._clock = clock
+
+    def get(self, url: str) -> CacheEntry | None:
         cached = self._cache.get(fingerprint(url).hex())
         if cached is None:
             return None
-        return Response(
-            cached.final_url, cached.status, cached.content_type or "", cached.body, None, from_cache=True
+        response = Response(
+            cached.final_url,
+            cached.status,
+            cached.content_type or "",
+            cached.body,
+            None,
+            from_cache=True,
+            etag=cached.etag,
+            last_modified=cached.last_modified,
         )
+        return CacheEntry(response, fresh=cached.is_fresh(self._fresh_s, self._clock()))
 
-
-class RedisRateLimit:
-    def __init__(self, limiter: RateLimiter, settings: Settings) -> None:
-        self._limiter = limiter
-        self._settings = settings
-
-    def wait_s(self, domain: str) -> tuple[float, bool]:
-        reservation = self._limiter.reserve(
-            domain, self._settings.rate_limit_rps, max_wait_s=self._settings.max_inline_wait_s
+    def put(self, url: str, response: Response) -> None:
+        result = FetchResult(
+            url=url,
+            final_url=response.final_url,
+            status=response.status,
+            content_type=response.content_type or None,
+            etag=response.etag,
+            last_modified=response.last_modified,
+            retry_after=None,
+            body=response.body,
+            elapsed_ms=response.fetch_ms or 0,
+            redirects=0,
+            not_modified=False,  # a revalidated response carries its full cached body
         )
-        return reservation.wait_s, reservation.reserved
+        self._cache.put(fingerprint(url).hex(), result)
+
+
+class PageStore(ResultStore):
+    """ResultStore, plus how each page was obtained (a 304, a proxy), in the same transaction.
+    Remembers the connections its threads opened, so that `close()` can close them all."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._opened: list[psycopg.Connection[tuple[object, ...]]] = []
+        self._opened_lock = threading.Lock()
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        conn = super()._connection()
+        with self._opened_lock:
+            if not any(conn is known for known in self._opened):
+                self._opened = [known for known in self._opened if not known.closed] + [conn]
+        return conn
+
+    def close(self) -> None:
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            conn.close()
+
+    def save_page(self, row: PageRow, source: PageSource | None = None) -> None:
+        if source is None:
+            super().save_page(row)
+            return
+        params = {**row.__dict__, "links": Jsonb(row.links)}
+        extra = {"run_id": row.run_id, "url": row.url, **source.__dict__}
+        with db.translate(self.settings):
+            conn = self._connection()
+            try:
+                with conn.transaction():
+                    conn.execute(UPSERT_PAGE, params)
+                    conn.execute(SET_PAGE_SOURCE, extra)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                self._local.conn = None  # reconnect on the next call
+                raise
 
 
 def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
+    # A request is on time only if its thread gets the GIL soon after sleeping until its slot.
+    # With the default 5 ms switch interval, that can take 5 ms for each busy thread (parsing,
+    # database writes); 1 ms keeps the delay, and the one-second windows a site sees, tight.
+    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
     keys = Keys(settings.redis_prefix)
     cache = ResponseCache.from_settings(client, settings)
+    proxies = ProxyPool.from_settings(settings, client)
+    gate = DomainGate(RateLimiter(client, keys), PolitenessConfig.from_settings(settings), settings)
+    robots = Robots(
+        RedisRobotsStore(client, keys),
+        settings.user_agent,
+        ttl_s=settings.robots_ttl_s,
+        # Held through the rate-limit wait and the whole fetch, then given back.
+        claim_ttl_s=settings.max_inline_wait_s + settings.fetch_deadline_s + LEASE_MARGIN_S,
+        max_wait_s=settings.max_inline_wait_s,
+    )
 
     def fetch_for_thread() -> Fetch:
-        return HttpFetch(settings, cache)
+        return HttpFetch(settings, proxies)
 
     return CrawlHandler(
         settings=settings,
         topology=build_topology(settings),
         fetch_for_thread=fetch_for_thread,
-        cache=RedisCache(cache),
-        rate_limit=RedisRateLimit(RateLimiter(client, keys), settings),
-        store=ResultStore(settings),
+        cache=RedisCache(cache, settings.cache_fresh_s),
+        gate=gate,
+        robots=robots,
+        store=PageStore(settings),
+        delivery_limit=DeliveryLimit(client, keys, settings.crawl_namespace, settings.worker_id),
     )

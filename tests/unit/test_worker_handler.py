@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -11,80 +12,193 @@ from shared.errors import PermanentError, TransientError
 from shared.messages import ATTEMPT_HEADER, REASON_HEADER, CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import build_topology
-from worker.handler import CrawlHandler, Response
-from worker.store import PageRow
+from worker.handler import CacheEntry, CrawlHandler, PageSource, Response
+from worker.politeness import RATE_HEADROOM, DomainGate, PolitenessConfig, Reservation, Throttled, TryLater
+from worker.robots import Robots, RobotsAnswer
+from worker.store import PageRow, SkipRow
 
 pytestmark = pytest.mark.unit
 
 HTML = b"<html lang='en'><head><title>T</title></head><body><h1>H</h1><a href='/x'>x</a></body></html>"
-SETTINGS = Settings(crawl_namespace="ns", retry_delays_s=(0.5, 1.0), max_attempts=3)
+SETTINGS = Settings(crawl_namespace="ns", retry_delays_s=(0.5, 1.0), max_attempts=3, rate_limit_rps=2.0)
+ALLOW_ALL = RobotsAnswer(404, b"")
+
+
+class FakeTime:
+    """A clock that only moves when someone sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
 
 
 class FakeFetch:
-    def __init__(self, outcomes: list[Response | Exception]) -> None:
+    def __init__(
+        self, outcomes: list[Response | Exception], robots: RobotsAnswer | Exception = ALLOW_ALL
+    ) -> None:
         self.outcomes = outcomes
+        self.robots = robots
         self.urls: list[str] = []
+        self.revalidated: list[CacheEntry | None] = []
+        self.robots_urls: list[str] = []
 
-    def __call__(self, url: str) -> Response:
+    def page(self, url: str, revalidate: CacheEntry | None) -> Response:
         self.urls.append(url)
+        self.revalidated.append(revalidate)
         outcome = self.outcomes.pop(0)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
+    def robots_txt(self, url: str) -> RobotsAnswer:
+        self.robots_urls.append(url)
+        if isinstance(self.robots, Exception):
+            raise self.robots
+        return self.robots
+
 
 class FakeCache:
-    def __init__(self, hit: Response | None = None) -> None:
+    def __init__(self, hit: CacheEntry | None = None) -> None:
         self.hit = hit
+        self.puts: list[Response] = []
 
-    def get(self, url: str) -> Response | None:
+    def get(self, url: str) -> CacheEntry | None:
         return self.hit
 
+    def put(self, url: str, response: Response) -> None:
+        self.puts.append(response)
 
-class FakeRateLimit:
-    def __init__(self, wait_s: float = 0.0, reserved: bool = True) -> None:
-        self.answer = (wait_s, reserved)
-        self.domains: list[str] = []
 
-    def wait_s(self, domain: str) -> tuple[float, bool]:
-        self.domains.append(domain)
-        return self.answer
+class FakeLimiter:
+    """Answers every reservation with the next of `answers` (the last one repeats)."""
+
+    def __init__(self, *answers: Reservation, paused_s: float = 0.0) -> None:
+        self.answers = list(answers) or [Reservation(0.0, True)]
+        self.paused = paused_s
+        self.rates: list[float] = []
+        self.released: list[str] = []
+        self.pauses: list[float] = []
+        self.slowed = 0
+        self.sped_up = 0
+
+    def reserve(
+        self,
+        domain: str,
+        rate_per_s: float,
+        burst: int = 1,
+        *,
+        max_wait_s: float,
+        max_concurrent: int = 0,
+        lease_s: float = 0.0,
+    ) -> Reservation:
+        self.rates.append(rate_per_s)
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    def release(self, domain: str, lease: str) -> None:
+        self.released.append(lease)
+
+    def clear_to_send(self, domain: str, spacing_s: float) -> tuple[bool, float, str]:
+        return (False, self.paused, "paused") if self.paused else (True, 0.0, "ok")
+
+    def pause(self, domain: str, seconds: float) -> None:
+        self.pauses.append(seconds)
+
+    def slow_down(self, domain: str, rate_per_s: float) -> float:
+        self.slowed += 1
+        return 2.0
+
+    def speed_up(self, domain: str) -> float:
+        self.sped_up += 1
+        return 1.0
+
+
+class FakeRobotsStore:
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    def get(self, domain: str) -> bytes | None:
+        return self.values.get(domain)
+
+    def put(self, domain: str, value: bytes, ttl_s: float) -> None:
+        self.values[domain] = value
+
+    def claim(self, domain: str, ttl_s: float) -> str | None:
+        return "token"
+
+    def unclaim(self, domain: str, token: str) -> None:
+        pass
 
 
 class FakeStore:
     def __init__(self) -> None:
         self.rows: list[PageRow] = []
+        self.sources: list[PageSource] = []
+        self.skips: list[SkipRow] = []
 
-    def save_page(self, row: PageRow) -> None:
+    def save_page(self, row: PageRow, source: PageSource) -> None:
         self.rows.append(row)
+        self.sources.append(source)
+
+    def save_skip(self, row: SkipRow) -> None:
+        self.skips.append(row)
 
 
-def ok_response(url: str = "http://a.test/p", from_cache: bool = False) -> Response:
-    return Response(url, 200, "text/html", HTML, None if from_cache else 12, from_cache)
+@dataclasses.dataclass
+class Rig:
+    handler: CrawlHandler
+    fetch: FakeFetch
+    limiter: FakeLimiter
+    store: FakeStore
+    cache: FakeCache
+    time: FakeTime
+
+
+def ok_response(url: str = "http://a.test/p", from_cache: bool = False, **extra: Any) -> Response:
+    return dataclasses.replace(
+        Response(url, 200, "text/html", HTML, None if from_cache else 12, from_cache), **extra
+    )
 
 
 def make(
     fetch: FakeFetch,
     cache: FakeCache | None = None,
-    rate: FakeRateLimit | None = None,
-) -> tuple[CrawlHandler, FakeStore, list[float]]:
+    limiter: FakeLimiter | None = None,
+    settings: Settings = SETTINGS,
+) -> Rig:
     store = FakeStore()
-    slept: list[float] = []
+    fake_time = FakeTime()
+    limiter = limiter or FakeLimiter()
+    cache = cache or FakeCache()
+    gate = DomainGate(
+        limiter, PolitenessConfig.from_settings(settings), settings, fake_time.sleep, fake_time.clock
+    )
+    robots = Robots(
+        FakeRobotsStore(), settings.user_agent, 3600.0, 10.0, 2.0, fake_time.sleep, fake_time.clock
+    )
     handler = CrawlHandler(
-        settings=SETTINGS,
-        topology=build_topology(SETTINGS),
+        settings=settings,
+        topology=build_topology(settings),
         fetch_for_thread=lambda: fetch,
-        cache=cache or FakeCache(),
-        rate_limit=rate or FakeRateLimit(),
+        cache=cache,
+        gate=gate,
+        robots=robots,
         store=store,
-        sleep=slept.append,
         clock=lambda: 1000.0,
     )
-    return handler, store, slept
+    return Rig(handler, fetch, limiter, store, cache, fake_time)
 
 
-def delivery(attempt: int = 0, body: bytes | None = None, queue: str = "bulk") -> Delivery:
-    task = CrawlTask(url="http://a.test/p", run_id="r1", queue=queue)
+def delivery(
+    attempt: int = 0, body: bytes | None = None, queue: str = "bulk", url: str = "http://a.test/p"
+) -> Delivery:
+    task = CrawlTask(url=url, run_id="r1", queue=queue)
     headers = Progress(attempt=attempt).to_headers()
     return Delivery(f"ns.{queue}", body if body is not None else task.encode(), headers, False)
 
@@ -97,28 +211,28 @@ def only_publication(outcome: Outcome) -> tuple[str, str, dict[str, object]]:
 
 
 def test_success_stores_one_row_and_acks() -> None:
-    handler, store, _ = make(FakeFetch([ok_response()]))
-    outcome = handler(delivery())
+    rig = make(FakeFetch([ok_response()]))
+    outcome = rig.handler(delivery())
     assert outcome == Outcome.done()
-    assert len(store.rows) == 1
-    row = store.rows[0]
+    assert len(rig.store.rows) == 1
+    row = rig.store.rows[0]
     assert (row.url, row.run_id, row.title, row.h1, row.lang) == ("http://a.test/p", "r1", "T", "H", "en")
     assert row.links == ["http://a.test/x"]
     assert row.failed_attempts == 0 and row.from_cache is False
+    assert rig.store.sources == [PageSource(not_modified=False, proxy=None)]
 
 
 def test_transient_failure_goes_to_the_first_delay_queue_with_attempt_one() -> None:
-    fetch = FakeFetch([TransientError("http_500", "server error", 500)])
-    handler, store, _ = make(fetch)
-    exchange, routing_key, headers = only_publication(handler(delivery()))
+    rig = make(FakeFetch([TransientError("http_500", "server error", 500)]))
+    exchange, routing_key, headers = only_publication(rig.handler(delivery()))
     assert (exchange, routing_key) == ("ns.retry", "d500.bulk")
     assert headers[ATTEMPT_HEADER] == 1
-    assert store.rows == []
+    assert rig.store.rows == []
 
 
 def test_third_transient_failure_is_dead_lettered_with_reason() -> None:
-    handler, _, _ = make(FakeFetch([TransientError("http_500", "server error", 500)]))
-    exchange, _, headers = only_publication(handler(delivery(attempt=2)))
+    rig = make(FakeFetch([TransientError("http_500", "server error", 500)]))
+    exchange, _, headers = only_publication(rig.handler(delivery(attempt=2)))
     assert exchange == "ns.dlx"
     failure = Failure.from_headers(headers)
     assert failure is not None
@@ -127,54 +241,186 @@ def test_third_transient_failure_is_dead_lettered_with_reason() -> None:
 
 
 def test_permanent_failure_is_dead_lettered_at_once() -> None:
-    handler, _, _ = make(FakeFetch([PermanentError("http_404", "not found", 404)]))
-    exchange, _, headers = only_publication(handler(delivery()))
+    rig = make(FakeFetch([PermanentError("http_404", "not found", 404)]))
+    exchange, _, headers = only_publication(rig.handler(delivery()))
     assert exchange == "ns.dlx"
     assert headers[REASON_HEADER] == "http_404"
     assert headers[ATTEMPT_HEADER] == 1
 
 
 def test_undecodable_body_is_dead_lettered_not_retried() -> None:
-    fetch = FakeFetch([])
-    handler, _, _ = make(fetch)
-    exchange, _, headers = only_publication(handler(delivery(body=b"\xff not json")))
+    rig = make(FakeFetch([]))
+    exchange, _, headers = only_publication(rig.handler(delivery(body=b"\xff not json")))
     assert exchange == "ns.dlx"
     assert headers[REASON_HEADER] == "undecodable"
-    assert fetch.urls == []
+    assert rig.fetch.urls == [] and rig.fetch.robots_urls == []
 
 
 def test_busy_domain_defers_through_the_broker_without_charging_an_attempt() -> None:
-    fetch = FakeFetch([])
-    handler, store, slept = make(fetch, rate=FakeRateLimit(wait_s=4.0, reserved=False))
-    exchange, routing_key, headers = only_publication(handler(delivery(attempt=1)))
+    limiter = FakeLimiter(
+        Reservation(0.0, True), Reservation(4.0, False, "rate")
+    )  # robots.txt, then the page
+    rig = make(FakeFetch([]), limiter=limiter)
+    exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
     assert (exchange, routing_key) == ("ns.retry", "d5000.bulk")
     assert headers[ATTEMPT_HEADER] == 1
-    assert fetch.urls == [] and store.rows == [] and slept == []
+    assert rig.fetch.urls == [] and rig.store.rows == [] and rig.time.slept == []
 
 
 def test_short_rate_limit_wait_happens_in_process() -> None:
-    fetch = FakeFetch([ok_response()])
-    handler, store, slept = make(fetch, rate=FakeRateLimit(wait_s=0.3))
-    assert handler(delivery()) == Outcome.done()
-    assert slept == [0.3] and len(store.rows) == 1
+    rig = make(FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.3, True)))
+    assert rig.handler(delivery()) == Outcome.done()
+    assert rig.time.slept == [0.3, 0.3]  # robots.txt, then the page
+    assert len(rig.store.rows) == 1
 
 
-def test_cache_hit_skips_fetch_and_rate_limit() -> None:
-    fetch = FakeFetch([])
-    rate = FakeRateLimit()
-    handler, store, _ = make(fetch, cache=FakeCache(hit=ok_response(from_cache=True)), rate=rate)
-    assert handler(delivery()) == Outcome.done()
-    assert fetch.urls == [] and rate.domains == []
-    assert store.rows[0].from_cache is True
+def test_fresh_cache_hit_skips_fetch_and_rate_limit() -> None:
+    cached = CacheEntry(ok_response(from_cache=True), fresh=True)
+    rig = make(FakeFetch([], robots=RobotsAnswer(404, b"")), cache=FakeCache(hit=cached))
+    rig.handler.robots.rules_for("http://a.test/", rig.fetch.robots_txt)  # robots.txt known already
+    assert rig.handler(delivery()) == Outcome.done()
+    assert rig.fetch.urls == [] and rig.limiter.rates == []
+    assert rig.store.rows[0].from_cache is True
 
 
 def test_retry_keeps_the_ttl_queue_of_origin() -> None:
-    handler, _, _ = make(FakeFetch([TransientError("timeout", "read timed out")]))
-    _, routing_key, _ = only_publication(handler(delivery(queue="ttl")))
+    rig = make(FakeFetch([TransientError("timeout", "read timed out")]))
+    _, routing_key, _ = only_publication(rig.handler(delivery(queue="ttl")))
     assert routing_key == "d500.ttl"
 
 
 def test_success_after_retries_records_failed_attempts() -> None:
-    handler, store, _ = make(FakeFetch([ok_response()]))
-    handler(delivery(attempt=2))
-    assert dataclasses.asdict(store.rows[0])["failed_attempts"] == 2
+    rig = make(FakeFetch([ok_response()]))
+    rig.handler(delivery(attempt=2))
+    assert dataclasses.asdict(rig.store.rows[0])["failed_attempts"] == 2
+
+
+# robots.txt
+
+
+def test_disallowed_url_is_skipped_with_reason_robots_and_never_fetched() -> None:
+    robots = RobotsAnswer(200, b"User-agent: *\nDisallow: /p\n")
+    rig = make(FakeFetch([ok_response()], robots=robots))
+    assert rig.handler(delivery()) == Outcome.done()  # acked, nothing to publish: no retry
+    assert rig.fetch.urls == [] and rig.store.rows == []
+    assert [(s.url, s.reason) for s in rig.store.skips] == [("http://a.test/p", "robots")]
+
+
+def test_robots_txt_is_fetched_once_through_the_gate_for_many_urls() -> None:
+    rig = make(FakeFetch([ok_response(), ok_response()]))
+    rig.handler(delivery(url="http://a.test/p"))
+    rig.handler(delivery(url="http://a.test/q"))
+    assert rig.fetch.robots_urls == ["http://a.test/robots.txt"]
+    assert len(rig.limiter.rates) == 3  # one robots.txt and two pages, each through the limiter
+
+
+def test_unreachable_robots_txt_fails_the_url_transiently_then_dead_letters_it() -> None:
+    rig = make(FakeFetch([ok_response()], robots=RobotsAnswer(503, b"")))
+    exchange, routing_key, headers = only_publication(rig.handler(delivery()))
+    assert (exchange, routing_key, headers[ATTEMPT_HEADER]) == ("ns.retry", "d500.bulk", 1)
+    exchange, _, headers = only_publication(rig.handler(delivery(attempt=2)))
+    assert (exchange, headers[REASON_HEADER]) == ("ns.dlx", "robots_unavailable")
+    assert rig.fetch.urls == [] and rig.store.rows == [] and rig.store.skips == []
+
+
+def test_robots_txt_that_cannot_be_reached_is_unavailable_too() -> None:
+    rig = make(FakeFetch([], robots=TransientError("connection_error", "refused")))
+    _, _, headers = only_publication(rig.handler(delivery(attempt=2)))
+    assert headers[REASON_HEADER] == "robots_unavailable"
+
+
+def test_robots_switched_off_fetches_no_robots_txt() -> None:
+    rig = make(
+        FakeFetch([ok_response()], robots=RobotsAnswer(200, b"User-agent: *\nDisallow: /\n")),
+        settings=dataclasses.replace(SETTINGS, respect_robots=False),
+    )
+    assert rig.handler(delivery()) == Outcome.done()
+    assert rig.fetch.robots_urls == [] and len(rig.store.rows) == 1
+
+
+def test_crawl_delay_lowers_the_rate_asked_for() -> None:
+    rig = make(FakeFetch([ok_response()], robots=RobotsAnswer(200, b"User-agent: *\nCrawl-delay: 4\n")))
+    rig.handler(delivery())
+    robots_rate, page_rate = rig.limiter.rates
+    assert robots_rate == pytest.approx(2.0 / RATE_HEADROOM)  # the configured rate
+    assert page_rate == pytest.approx(0.25 / RATE_HEADROOM)  # 1 / Crawl-delay
+
+
+# Throttling
+
+
+def test_retry_after_pauses_the_domain_and_retries_the_url() -> None:
+    rig = make(FakeFetch([Throttled("http_429", "Retry-After: 2", 429, 2.0)]))
+    exchange, routing_key, headers = only_publication(rig.handler(delivery()))
+    assert (exchange, routing_key, headers[ATTEMPT_HEADER]) == ("ns.retry", "d500.bulk", 1)
+    assert rig.limiter.pauses == [2.0] and rig.limiter.slowed == 0
+
+
+def test_503_without_retry_after_slows_the_domain_down() -> None:
+    rig = make(FakeFetch([Throttled("http_503", "", 503, None)]))
+    only_publication(rig.handler(delivery()))
+    assert rig.limiter.slowed == 1 and rig.limiter.pauses == []
+
+
+def test_a_pause_set_while_waiting_defers_instead_of_fetching() -> None:
+    limiter = FakeLimiter(Reservation(0.5, True, lease="L"))
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    rig.handler.robots.rules_for("http://a.test/", rig.fetch.robots_txt)  # robots.txt known already
+    limiter.paused = 3.0  # another worker's 429, while this one sleeps towards its slot
+    _, routing_key, headers = only_publication(rig.handler(delivery()))
+    assert routing_key == "d5000.bulk" and headers[ATTEMPT_HEADER] == 0
+    assert rig.fetch.urls == [] and limiter.released == ["L"]
+
+
+def test_full_concurrency_waits_briefly_then_defers() -> None:
+    busy = Reservation(0.0, False, "busy")
+    rig = make(FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.0, True), busy))
+    _, routing_key, headers = only_publication(rig.handler(delivery()))
+    assert routing_key == "d1000.bulk" and headers[ATTEMPT_HEADER] == 0
+    assert sum(rig.time.slept) == pytest.approx(SETTINGS.max_inline_wait_s)
+    assert rig.fetch.urls == []
+
+
+def test_a_lease_is_released_after_the_fetch_and_backoff_decays_on_success() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True, lease="R"), Reservation(0.0, True, lease="P", backoff=2.0))
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    assert rig.handler(delivery()) == Outcome.done()
+    assert limiter.released == ["R", "P"] and limiter.sped_up == 1
+
+
+def test_benched_proxies_defer_without_charging_an_attempt() -> None:
+    rig = make(FakeFetch([TryLater(7.0, "proxies_benched")]))
+    _, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
+    assert routing_key == "d30000.bulk" and headers[ATTEMPT_HEADER] == 1
+
+
+# Cache revalidation
+
+
+def test_stale_entry_is_revalidated_and_a_304_reuses_the_cached_body() -> None:
+    stale = CacheEntry(ok_response(from_cache=True, etag='"v1"'), fresh=False)
+    not_modified = Response(
+        "http://a.test/p", 304, "", b"", 5, False, not_modified=True, proxy="http://127.0.0.1:9"
+    )
+    rig = make(FakeFetch([not_modified]), cache=FakeCache(hit=stale))
+    assert rig.handler(delivery()) == Outcome.done()
+    assert rig.fetch.revalidated == [stale]
+    row = rig.store.rows[0]
+    assert (row.title, row.http_status, row.from_cache, row.fetch_ms) == ("T", 200, True, 5)
+    assert rig.store.sources == [PageSource(not_modified=True, proxy="http://127.0.0.1:9")]
+    assert [(r.status, r.body, r.etag) for r in rig.cache.puts] == [(200, HTML, '"v1"')]  # fresh again
+
+
+def test_changed_page_replaces_the_cache_entry() -> None:
+    stale = CacheEntry(ok_response(from_cache=True, etag='"v1"'), fresh=False)
+    changed = ok_response(etag='"v2"', body=HTML.replace(b"<h1>H</h1>", b"<h1>New</h1>"))
+    rig = make(FakeFetch([changed]), cache=FakeCache(hit=stale))
+    rig.handler(delivery())
+    assert rig.store.rows[0].h1 == "New" and rig.store.sources[0].not_modified is False
+    assert [r.etag for r in rig.cache.puts] == ['"v2"']
+
+
+def test_a_304_without_a_cache_entry_is_a_permanent_error() -> None:
+    rig = make(FakeFetch([Response("http://a.test/p", 304, "", b"", 5, False, not_modified=True)]))
+    _, _, headers = only_publication(rig.handler(delivery()))
+    assert headers[REASON_HEADER] == "http_304"

@@ -1,0 +1,230 @@
+"""Politeness end to end through real handlers, Redis and PostgreSQL against a local logged site.
+
+No broker: `crawl_in_threads` stands in for it. Several threads take deliveries from a local
+queue and hand each to the real handler; a deferral or retry goes back into the queue after
+its delay, as the delay queues would do it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from bench.site import Answer, Hit, LoggedSite, most_in_any_window, page, pages_route
+from shared import db
+from shared.consumer import Delivery
+from shared.keys import Keys
+from shared.messages import CrawlTask
+from shared.settings import Settings
+from shared.topology import dead_letter_exchange
+from worker.ratelimit import RateLimiter, Reservation
+from worker.wiring import PageStore, build_handler
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class CrawlReport:
+    done: list[str] = field(default_factory=list)  # stored or skipped, then acked
+    dead: list[str] = field(default_factory=list)
+    deferred_or_retried: int = 0
+
+
+def crawl_in_threads(
+    settings: Settings, urls: Sequence[str], threads: int, run_s: float, run_id: str = "r1"
+) -> CrawlReport:
+    """Run `threads` handler threads over `urls` for up to `run_s` seconds (or until all are done)."""
+    client = redis.Redis.from_url(settings.redis_url)
+    handler = build_handler(settings, client)
+    seq = itertools.count()
+    ready: list[tuple[float, int, Delivery]] = []
+    for url in urls:
+        task = CrawlTask(url=url, run_id=run_id, queue="bulk")
+        heapq.heappush(ready, (0.0, next(seq), Delivery("bulk", task.encode(), {}, False)))
+    lock = threading.Lock()
+    report = CrawlReport()
+    stop_at = time.monotonic() + run_s
+
+    def work() -> None:
+        while time.monotonic() < stop_at:
+            with lock:
+                if len(report.done) + len(report.dead) == len(urls):
+                    return
+                item = heapq.heappop(ready) if ready and ready[0][0] <= time.monotonic() else None
+            if item is None:
+                time.sleep(0.01)
+                continue
+            delivery = item[2]
+            outcome = handler(delivery)
+            url = CrawlTask.decode(delivery.body).url
+            with lock:
+                if not outcome.publications:
+                    report.done.append(url)
+                for pub in outcome.publications:
+                    if pub.exchange == dead_letter_exchange(settings.crawl_namespace):
+                        report.dead.append(url)
+                        continue
+                    report.deferred_or_retried += 1
+                    delay_s = int(pub.routing_key.split(".")[0][1:]) / 1000
+                    again = Delivery("bulk", pub.body, dict(pub.headers), False)
+                    heapq.heappush(ready, (time.monotonic() + delay_s, next(seq), again))
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    assert isinstance(handler.store, PageStore)
+    handler.store.close()
+    client.close()
+    return report
+
+
+@pytest.fixture
+def polite(settings: Settings) -> Iterator[Settings]:
+    db.ensure_schema(settings)
+    yield dataclasses.replace(settings, rate_limit_rps=5.0, max_inline_wait_s=2.0, fetch_concurrency=4)
+
+
+def rows(settings: Settings, query: str, *params: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(settings.database_url, options=f"-c search_path={settings.pg_schema}") as conn:
+        return list(conn.execute(query, params).fetchall())
+
+
+@pytest.mark.timeout(60)
+def test_four_threads_keep_one_host_under_its_rate_and_near_it(polite: Settings) -> None:
+    rate, run_s = 5, 6.0
+    with LoggedSite(pages_route) as site:
+        urls = [site.url(f"/p/{n}") for n in range(60)]
+        crawl_in_threads(polite, urls, threads=4, run_s=run_s)
+        times = [hit.at for hit in site.hits]
+    assert most_in_any_window(times, 1.0) <= rate
+    first = min(times)
+    assert len([t for t in times if t < first + run_s]) >= 0.9 * rate * run_s
+
+
+@pytest.mark.timeout(60)
+def test_a_per_domain_override_and_concurrency_cap_apply(polite: Settings, tmp_path: Path) -> None:
+    def slow_pages(hit: Hit) -> Answer:
+        time.sleep(0.3)  # long enough for requests to overlap, were they allowed to
+        return pages_route(hit)
+
+    with LoggedSite(slow_pages) as site:
+        config = tmp_path / "politeness.toml"
+        config.write_text(f'[domains."{site.domains()[0]}"]\nrate_limit_rps = 20\nmax_concurrent = 1\n')
+        settings = dataclasses.replace(polite, politeness_file=str(config))
+        report = crawl_in_threads(settings, [site.url(f"/p/{n}") for n in range(8)], threads=4, run_s=20)
+        hits = site.hits
+    assert sorted(report.done) == sorted(site.url(f"/p/{n}") for n in range(8))
+    starts = sorted(hit.at for hit in hits)
+    # One at a time: each request starts only after the previous one's 0.3 s answer.
+    assert all(b - a >= 0.29 for a, b in itertools.pairwise(starts))
+
+
+@pytest.mark.timeout(60)
+def test_retry_after_keeps_every_worker_away_for_that_long(polite: Settings) -> None:
+    answered_429: list[float] = []
+
+    def busy_once(hit: Hit) -> Answer:
+        if hit.path == "/busy" and not answered_429:
+            answered_429.append(time.monotonic())
+            return Answer(429, b"slow down", {"Retry-After": "2", "Content-Type": "text/plain"})
+        return pages_route(hit)
+
+    with LoggedSite(busy_once) as site:
+        urls = [site.url("/busy"), *(site.url(f"/p/{n}") for n in range(30))]
+        report = crawl_in_threads(polite, urls, threads=4, run_s=15)
+        hits = site.hits
+    assert len(answered_429) == 1
+    sent_at = answered_429[0]
+    during = [hit for hit in hits if sent_at < hit.at < sent_at + 2.0]
+    assert during == []
+    after = [hit for hit in hits if hit.at >= sent_at + 2.0]
+    assert after, "the domain never came back after its pause"
+    assert site.url("/busy") in report.done  # the URL itself was retried and stored
+
+
+@pytest.mark.timeout(60)
+def test_503_without_retry_after_slows_the_domain_then_it_recovers(polite: Settings) -> None:
+    keys = Keys(polite.redis_prefix)
+    client = redis.Redis.from_url(polite.redis_url)
+
+    def overloaded_once(hit: Hit) -> Answer:
+        if hit.path == "/p/0":
+            return Answer(503, b"busy", {"Content-Type": "text/plain"})
+        return pages_route(hit)
+
+    with LoggedSite(overloaded_once) as site:
+        domain = site.domains()[0]
+        crawl_in_threads(polite, [site.url("/p/0")], threads=1, run_s=0.5)  # one 503
+        multiplier = float(client.hget(keys.backoff(domain), "m") or 0)
+        crawl_in_threads(polite, [site.url(f"/p/{n}") for n in range(1, 12)], threads=2, run_s=20)
+    assert multiplier == 2.0
+    assert client.exists(keys.backoff(domain)) == 0  # ten successes brought it back to 1
+    client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_second_crawl_of_an_unchanged_page_is_a_304_without_a_body(polite: Settings) -> None:
+    etag = '"v1"'
+
+    def with_etag(hit: Hit) -> Answer:
+        if hit.path == "/robots.txt":
+            return pages_route(hit)
+        if hit.headers.get("If-None-Match") == etag:
+            return Answer(304, b"", {"ETag": etag})
+        answer = page(hit.path, size=5000)
+        return Answer(200, answer.body, {**answer.headers, "ETag": etag})
+
+    with LoggedSite(with_etag) as site:
+        url = site.url("/same")
+        crawl_in_threads(polite, [url], threads=1, run_s=10, run_id="first")
+        crawl_in_threads(polite, [url], threads=1, run_s=10, run_id="second")
+        page_hits = [hit for hit in site.hits if hit.path == "/same"]
+    assert [hit.headers.get("If-None-Match") for hit in page_hits] == [None, etag]
+    stored = rows(
+        polite,
+        "SELECT run_id, not_modified, from_cache, title FROM pages WHERE url = %s ORDER BY run_id",
+        url,
+    )
+    assert stored == [("first", False, False, "/same"), ("second", True, True, "/same")]
+
+
+def test_pause_and_reservation_are_one_atomic_decision(polite: Settings) -> None:
+    client = redis.Redis.from_url(polite.redis_url)
+    limiter = RateLimiter(client, Keys(polite.redis_prefix))
+    limiter.pause("paused.example", 1.5)
+    refused = limiter.reserve("paused.example", 100.0, max_wait_s=1.0)
+    assert (refused.reserved, refused.reason) == (False, "paused")
+    assert refused.wait_s == pytest.approx(1.5, abs=0.05)
+    accepted = limiter.reserve("paused.example", 100.0, max_wait_s=2.0)
+    assert accepted.reserved and accepted.wait_s == pytest.approx(1.5, abs=0.05)
+    limiter.pause("paused.example", 0.2)  # a shorter pause never cuts a longer one
+    assert limiter.paused_s("paused.example") > 1.0
+    client.close()
+
+
+def test_concurrency_leases_cap_then_free_by_release_or_expiry(polite: Settings) -> None:
+    client = redis.Redis.from_url(polite.redis_url)
+    limiter = RateLimiter(client, Keys(polite.redis_prefix))
+
+    def take() -> Reservation:
+        return limiter.reserve("cap.example", 1000.0, max_wait_s=1.0, max_concurrent=2, lease_s=0.3)
+
+    first, second, third = take(), take(), take()
+    assert (first.reserved, second.reserved, third.reserved, third.reason) == (True, True, False, "busy")
+    limiter.release("cap.example", first.lease)
+    assert take().reserved
+    time.sleep(0.4)  # the holders "crashed": their leases lapse by themselves
+    assert take().reserved
+    client.close()

@@ -1,0 +1,266 @@
+"""Politeness config, Retry-After parsing and the domain gate, with a fake limiter."""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+from pathlib import Path
+
+import pytest
+
+from shared.errors import ConfigError, TransientError
+from shared.settings import Settings
+from worker.politeness import (
+    BUSY_RETRY_S,
+    RATE_HEADROOM,
+    DomainGate,
+    DomainPolicy,
+    PolitenessConfig,
+    Reservation,
+    Throttled,
+    TryLater,
+    parse_retry_after,
+)
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = Settings(rate_limit_rps=2.0, max_concurrent_per_domain=8, max_inline_wait_s=1.0)
+
+
+def config_from(tmp_path: Path, text: str, settings: Settings = SETTINGS) -> PolitenessConfig:
+    path = tmp_path / "politeness.toml"
+    path.write_text(text, encoding="utf-8")
+    return PolitenessConfig.from_settings(dataclasses.replace(settings, politeness_file=str(path)))
+
+
+def test_without_a_file_every_domain_gets_the_settings() -> None:
+    config = PolitenessConfig.from_settings(SETTINGS)
+    assert config.policy_for("any.example") == DomainPolicy(2.0, 8)
+
+
+def test_a_domain_line_overrides_only_what_it_names(tmp_path: Path) -> None:
+    config = config_from(
+        tmp_path,
+        '[domains."127.0.0.2:8431"]\nrate_limit_rps = 5\nmax_concurrent = 2\n'
+        '[domains."Slow.Example"]\nrate_limit_rps = 0.5\n',
+    )
+    assert config.policy_for("127.0.0.2:8431") == DomainPolicy(5.0, 2)
+    assert config.policy_for("slow.example") == DomainPolicy(0.5, 8)  # case-insensitive
+    assert config.policy_for("127.0.0.2") == DomainPolicy(2.0, 8)  # another port, another domain
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ('[domains."a"]\nrate = 5\n', "unknown key"),
+        ('[domains."a"]\nmax_concurrent = 1.5\n', "expected a int"),
+        ('[domains."a"]\nrate_limit_rps = "fast"\n', "expected a float"),
+        ('[domains."a"]\nrate_limit_rps = 0\n', "must be positive"),
+        ('[domains."a"]\nmax_concurrent = true\n', "expected a int"),
+        ("[hosts]\n", "unknown table"),
+        ("domains = 3\n", "must be a table"),
+        ("[domains\n", "politeness.toml"),
+    ],
+)
+def test_config_mistakes_name_the_file_and_key(tmp_path: Path, text: str, complaint: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config_from(tmp_path, text)
+    assert complaint in str(caught.value)
+    assert "politeness.toml" in str(caught.value)
+
+
+def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    settings = dataclasses.replace(SETTINGS, politeness_file=str(tmp_path / "nope.toml"))
+    with pytest.raises(ConfigError, match="POLITENESS_FILE"):
+        PolitenessConfig.from_settings(settings)
+
+
+@pytest.mark.parametrize(("delay", "rate"), [(None, 5.0), (0.0, 5.0), (0.1, 5.0), (2.0, 0.5)])
+def test_crawl_delay_only_ever_lowers_the_rate(delay: float | None, rate: float) -> None:
+    assert DomainPolicy(5.0, 1).rate_per_s(delay) == pytest.approx(rate)
+
+
+def test_retry_after_in_seconds_and_as_a_date() -> None:
+    now = 1_700_000_000.0
+    assert parse_retry_after("2", now) == 2.0
+    assert parse_retry_after(" 120 ", now) == 120.0
+    assert parse_retry_after(email.utils.formatdate(now + 30, usegmt=True), now) == pytest.approx(30.0)
+    assert parse_retry_after(email.utils.formatdate(now - 30, usegmt=True), now) == 0.0
+    for unusable in (None, "", "soon", "-5", "1.5"):
+        assert parse_retry_after(unusable, now) is None
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+
+class FakeLimiter:
+    def __init__(
+        self, *answers: Reservation, clearances: list[tuple[bool, float, str]] | None = None
+    ) -> None:
+        self.answers = list(answers)
+        self.clearances = clearances or []
+        self.spacings: list[float] = []
+        self.calls: list[tuple[float, float, int]] = []  # (rate, max wait, max concurrent)
+        self.released: list[str] = []
+        self.pauses: list[float] = []
+        self.slowed: list[float] = []
+        self.sped_up = 0
+
+    def reserve(
+        self,
+        domain: str,
+        rate_per_s: float,
+        burst: int = 1,
+        *,
+        max_wait_s: float,
+        max_concurrent: int = 0,
+        lease_s: float = 0.0,
+    ) -> Reservation:
+        self.calls.append((rate_per_s, max_wait_s, max_concurrent))
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    def release(self, domain: str, lease: str) -> None:
+        self.released.append(lease)
+
+    def clear_to_send(self, domain: str, spacing_s: float) -> tuple[bool, float, str]:
+        self.spacings.append(spacing_s)
+        return self.clearances.pop(0) if self.clearances else (True, 0.0, "ok")
+
+    def pause(self, domain: str, seconds: float) -> None:
+        self.pauses.append(seconds)
+
+    def slow_down(self, domain: str, rate_per_s: float) -> float:
+        self.slowed.append(rate_per_s)
+        return 2.0
+
+    def speed_up(self, domain: str) -> float:
+        self.sped_up += 1
+        return 1.0
+
+
+def gate_with(limiter: FakeLimiter, settings: Settings = SETTINGS) -> tuple[DomainGate, FakeTime]:
+    fake = FakeTime()
+    return DomainGate(
+        limiter, PolitenessConfig.from_settings(settings), settings, fake.sleep, fake.clock
+    ), fake
+
+
+def test_a_granted_slot_is_waited_for_then_sent_then_released() -> None:
+    limiter = FakeLimiter(Reservation(0.4, True, lease="L"))
+    gate, fake = gate_with(limiter)
+    assert gate.call("a.example", lambda: "sent") == "sent"
+    assert fake.slept == [0.4] and limiter.released == ["L"]
+    rate, max_wait, cap = limiter.calls[0]
+    assert rate == pytest.approx(2.0 / RATE_HEADROOM) and (max_wait, cap) == (1.0, 8)
+
+
+def test_a_long_wait_is_try_later_and_nothing_is_sent() -> None:
+    gate, fake = gate_with(FakeLimiter(Reservation(7.5, False, "paused")))
+    sent: list[str] = []
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: sent.append("x"))
+    # Back when the slot is within the 1 s in-process wait, not when it is due.
+    assert (caught.value.wait_s, caught.value.reason) == (6.5, "paused")
+    assert sent == [] and fake.slept == []
+
+
+def test_a_request_too_close_behind_the_previous_one_waits_the_difference() -> None:
+    # The previous request left late; ours must not follow it closer than the spacing.
+    limiter = FakeLimiter(Reservation(0.2, True, backoff=2.0), clearances=[(False, 0.03, "spacing")])
+    gate, fake = gate_with(limiter)
+    sent: list[float] = []
+    gate.call("a.example", lambda: sent.append(fake.now))
+    assert fake.slept == [0.2, 0.03] and sent == [pytest.approx(0.23)]
+    # 1.05 / 2 req/s, doubled by the backoff
+    assert limiter.spacings == [pytest.approx(RATE_HEADROOM / 2.0 * 2.0)] * 2
+
+
+def test_a_pause_found_just_before_sending_is_try_later() -> None:
+    limiter = FakeLimiter(Reservation(0.5, True, lease="L"), clearances=[(False, 3.0, "paused")])
+    gate, _ = gate_with(limiter)
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: pytest.fail("sent during a pause"))
+    assert (caught.value.wait_s, caught.value.reason) == (3.0, "paused")
+    assert limiter.released == ["L"]
+
+
+def test_never_cleared_to_send_defers_the_url() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), clearances=[(False, 0.01, "spacing")] * 10)
+    gate, _ = gate_with(limiter)
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: pytest.fail("sent too close"))
+    assert caught.value.reason == "spacing"
+
+
+def test_a_busy_domain_is_polled_until_a_slot_frees() -> None:
+    limiter = FakeLimiter(
+        Reservation(0.0, False, "busy"), Reservation(0.0, False, "busy"), Reservation(0.0, True)
+    )
+    gate, fake = gate_with(limiter)
+    assert gate.call("a.example", lambda: 1) == 1
+    assert len(limiter.calls) == 3 and 0 < sum(fake.slept) < 1.0
+    assert limiter.calls[2][1] < limiter.calls[0][1]  # the remaining wait budget shrinks
+
+
+def test_a_busy_domain_past_the_inline_wait_is_try_later() -> None:
+    gate, fake = gate_with(FakeLimiter(Reservation(0.0, False, "busy")))
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: 1)
+    assert (caught.value.wait_s, caught.value.reason) == (BUSY_RETRY_S, "busy")
+    assert sum(fake.slept) == pytest.approx(1.0)
+
+
+def test_retry_after_pauses_the_domain_no_longer_than_the_cap() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True, lease="L"))
+    gate, _ = gate_with(limiter, dataclasses.replace(SETTINGS, max_domain_pause_s=60.0))
+    for retry_after in (2.0, 86_400.0):
+
+        def answer(delay: float = retry_after) -> None:
+            raise Throttled("http_429", "", 429, delay)
+
+        with pytest.raises(Throttled):
+            gate.call("a.example", answer)
+    assert limiter.pauses == [2.0, 60.0] and limiter.slowed == []
+    assert limiter.released == ["L", "L"]
+
+
+def test_throttling_without_retry_after_slows_the_domain_at_its_rate() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True))
+    gate, _ = gate_with(limiter)
+
+    def answer() -> None:
+        raise Throttled("http_503", "", 503, None)
+
+    with pytest.raises(Throttled):
+        gate.call("a.example", answer, crawl_delay_s=4.0)
+    assert limiter.slowed == [0.25] and limiter.pauses == []
+
+
+def test_successes_let_a_backoff_decay_and_failures_do_not() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True, backoff=4.0))
+    gate, _ = gate_with(limiter)
+    gate.call("a.example", lambda: None)
+
+    def fail() -> None:
+        raise TransientError("timeout")
+
+    with pytest.raises(TransientError):
+        gate.call("a.example", fail)
+    assert limiter.sped_up == 1
+
+
+def test_no_backoff_means_no_extra_round_trip() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True))
+    gate, _ = gate_with(limiter)
+    gate.call("a.example", lambda: None)
+    assert limiter.sped_up == 0

@@ -1,0 +1,207 @@
+"""robots.txt: what answers mean, matching our agent, and fetching once for every worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.errors import PermanentError, TransientError
+from worker.politeness import TryLater
+from worker.robots import (
+    ALLOW_ALL,
+    RULES,
+    UNAVAILABLE,
+    Robots,
+    RobotsAnswer,
+    RobotsEntry,
+    RobotsRules,
+    interpret,
+    product_token,
+    robots_url,
+)
+
+pytestmark = pytest.mark.unit
+
+AGENT = "crawl-pipeline/0.1 (+https://github.com/crawl-pipeline)"
+TEXT = b"""User-agent: *
+Disallow: /private/
+Crawl-delay: 3
+
+User-agent: crawl-pipeline
+Disallow: /not-for-us/
+Allow: /not-for-us/but-this
+Crawl-delay: 0.5
+
+User-agent: github
+Disallow: /
+"""
+
+
+@pytest.mark.parametrize(
+    ("status", "verdict"),
+    [
+        (200, RULES),
+        (204, RULES),
+        (301, ALLOW_ALL),
+        (401, ALLOW_ALL),
+        (403, ALLOW_ALL),
+        (404, ALLOW_ALL),
+        (410, ALLOW_ALL),
+        (500, UNAVAILABLE),
+        (502, UNAVAILABLE),
+        (599, UNAVAILABLE),
+    ],
+)
+def test_what_each_status_means(status: int, verdict: str) -> None:
+    assert interpret(RobotsAnswer(status, b"User-agent: *\nDisallow: /")).verdict == verdict
+
+
+def test_a_byte_order_mark_and_bad_utf8_do_not_hide_the_rules() -> None:
+    entry = interpret(RobotsAnswer(200, b"\xef\xbb\xbfUser-agent: *\nDisallow: /x\xff/\nDisallow: /a/\n"))
+    rules = RobotsRules.from_entry(entry, "crawl-pipeline")
+    assert not rules.allows("http://s.test/a/1") and rules.allows("http://s.test/b")
+
+
+def test_product_token_is_what_groups_are_matched_against() -> None:
+    assert product_token(AGENT) == "crawl-pipeline"
+    assert product_token("MyBot") == "mybot"
+    assert product_token("  ") == "*"
+
+
+def test_our_own_group_wins_over_the_star_group() -> None:
+    rules = RobotsRules.from_entry(interpret(RobotsAnswer(200, TEXT)), product_token(AGENT))
+    assert not rules.allows("http://s.test/not-for-us/page")
+    assert rules.allows("http://s.test/not-for-us/but-this")
+    assert rules.allows("http://s.test/private/page")  # only the * group says no
+    assert rules.crawl_delay_s == 0.5
+    # The 'github' group (Disallow: /) must not catch us through the URL in our User-Agent.
+    assert rules.allows("http://s.test/anything")
+
+
+def test_other_agents_get_the_star_group() -> None:
+    rules = RobotsRules.from_entry(interpret(RobotsAnswer(200, TEXT)), "otherbot")
+    assert not rules.allows("http://s.test/private/page")
+    assert rules.crawl_delay_s == 3.0
+
+
+def test_allow_all_has_no_crawl_delay() -> None:
+    rules = RobotsRules.from_entry(RobotsEntry(ALLOW_ALL), "crawl-pipeline")
+    assert rules.allows("http://s.test/private/") and rules.crawl_delay_s is None
+
+
+def test_robots_url_keeps_scheme_and_port() -> None:
+    assert robots_url("https://s.test:8443/a/b?c=d") == "https://s.test:8443/robots.txt"
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b'{"v":2}', b'{"v":1,"verdict":"maybe","text":"","detail":""}'])
+def test_entries_that_do_not_decode_are_none(raw: bytes) -> None:
+    assert RobotsEntry.decode(raw) is None
+
+
+class FakeStore:
+    def __init__(self, claim_free: bool = True) -> None:
+        self.values: dict[str, bytes] = {}
+        self.ttls: dict[str, float] = {}
+        self.claim_free = claim_free
+        self.unclaimed: list[str] = []
+
+    def get(self, domain: str) -> bytes | None:
+        return self.values.get(domain)
+
+    def put(self, domain: str, value: bytes, ttl_s: float) -> None:
+        self.values[domain] = value
+        self.ttls[domain] = ttl_s
+
+    def claim(self, domain: str, ttl_s: float) -> str | None:
+        return "mine" if self.claim_free else None
+
+    def unclaim(self, domain: str, token: str) -> None:
+        self.unclaimed.append(token)
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+
+class Server:
+    def __init__(self, *answers: RobotsAnswer | Exception) -> None:
+        self.answers = list(answers)
+        self.asked: list[str] = []
+
+    def __call__(self, url: str) -> RobotsAnswer:
+        self.asked.append(url)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def robots_with(store: FakeStore, fake: FakeTime | None = None) -> Robots:
+    fake = fake or FakeTime()
+    return Robots(
+        store, AGENT, ttl_s=3600.0, claim_ttl_s=40.0, max_wait_s=2.0, sleep=fake.sleep, clock=fake.clock
+    )
+
+
+def test_fetched_once_and_shared_through_the_store() -> None:
+    store = FakeStore()
+    server = Server(RobotsAnswer(200, b"User-agent: *\nDisallow: /x\n"))
+    first = robots_with(store).rules_for("http://s.test/a", server)
+    assert not first.allows("http://s.test/x")
+    assert server.asked == ["http://s.test/robots.txt"] and store.unclaimed == ["mine"]
+    assert store.ttls == {"s.test": 3600.0}
+    # Another worker (another Robots) finds it in the store and asks nobody.
+    second = robots_with(store).rules_for("http://s.test/b", Server())
+    assert not second.allows("http://s.test/x")
+
+
+def test_unreachable_is_remembered_briefly_and_fails_every_url_transiently() -> None:
+    store = FakeStore()
+    fake = FakeTime()
+    robots = robots_with(store, fake)
+    server = Server(TransientError("timeout", "read timed out"), RobotsAnswer(200, b""))
+    for _ in range(2):
+        with pytest.raises(TransientError) as caught:
+            robots.rules_for("http://s.test/a", server)
+        assert caught.value.reason == "robots_unavailable"
+    assert len(server.asked) == 1 and store.ttls["s.test"] <= 10.0
+    fake.now += 11.0
+    del store.values["s.test"]  # what its expiry does
+    assert robots.rules_for("http://s.test/a", server).allows("http://s.test/a")
+    assert len(server.asked) == 2
+
+
+def test_an_unusable_robots_txt_allows_everything() -> None:
+    server = Server(PermanentError("redirect_loop", "too many"))
+    assert robots_with(FakeStore()).rules_for("http://s.test/a", server).allows("http://s.test/a")
+
+
+def test_waiting_for_another_workers_fetch_uses_its_verdict() -> None:
+    store = FakeStore(claim_free=False)
+    fake = FakeTime()
+
+    class ArrivesLater(FakeStore):
+        def get(self, domain: str) -> bytes | None:
+            if fake.now >= 0.5:
+                return RobotsEntry(RULES, "User-agent: *\nDisallow: /x\n").encode()
+            return None
+
+    later = ArrivesLater(claim_free=False)
+    rules = robots_with(later, fake).rules_for("http://s.test/a", Server())
+    assert not rules.allows("http://s.test/x")
+    with pytest.raises(TryLater) as caught:  # nobody ever finishes: defer the URL
+        robots_with(store, FakeTime()).rules_for("http://s.test/a", Server())
+    assert caught.value.reason == "robots_pending"
+
+
+def test_a_try_later_while_fetching_gives_the_claim_back_and_stores_nothing() -> None:
+    store = FakeStore()
+    with pytest.raises(TryLater):
+        robots_with(store).rules_for("http://s.test/a", Server(TryLater(3.0, "rate")))
+    assert store.unclaimed == ["mine"] and store.values == {}

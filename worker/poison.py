@@ -1,0 +1,121 @@
+"""A bound on how often one message is delivered: a URL that keeps killing workers ends dead.
+
+A worker that crashes (SIGKILL, out of memory, a segfault in a parser) never settles the
+messages it held, so the broker delivers them again with `redelivered` set. That is what we
+want for an innocent message, but a message that itself causes the crash would loop forever.
+Quorum queues bound this with `x-delivery-limit`; classic queues have nothing alike, so the
+worker counts redeliveries itself, in Redis, keyed on a hash of the message:
+
+    deliveries(message) = 1 + redeliveries counted so far
+
+Past `limit` deliveries the message is dead-lettered with reason `delivery_limit`, without
+being fetched. Only redelivered messages touch Redis: the first delivery costs nothing.
+
+The count is not a failure count (`crawl-attempt` stays as it was): a crash is not the URL's
+fault, until it happens `limit` times. Every return of an unsettled message counts, including
+the few a worker gives back when it stops, so `limit` must leave room for those. The counter
+expires `ttl_s` after the last redelivery, and a Redis restart forgets it: the bound is then
+counted afresh, never skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import redis
+
+from shared.broker import Publication
+from shared.consumer import Delivery, Outcome
+from shared.errors import DecodeError
+from shared.keys import Keys
+from shared.messages import REPLAY_HEADER, CrawlTask, Failure, Progress
+from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
+from worker.redis_errors import translate_redis_errors
+
+log = logging.getLogger(__name__)
+
+REASON = "delivery_limit"  # the reason quorum queues give for the same thing
+COUNTER_TTL_S = 24 * 3600
+
+# One round trip, and the counter never exists without its expiry (INCR then EXPIRE from the
+# client would leave a counter that never expires if the client died in between).
+# KEYS[1] the counter, ARGV[1] its TTL in seconds. Returns the count after the increment.
+_COUNT_LUA = """
+local count = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
+return count
+"""
+
+
+def message_fingerprint(delivery: Delivery) -> str:
+    """Names one message: its body, plus its replay count, so that an operator's replay of a
+    dead letter starts with a clean slate instead of inheriting the old count."""
+    replays = Progress.from_headers(delivery.headers).replays
+    digest = hashlib.sha256(delivery.body)
+    digest.update(f"|{REPLAY_HEADER}={replays}".encode())
+    return digest.hexdigest()[:32]
+
+
+class DeliveryLimit:
+    """Call `check(delivery)` before handling: None to go on, or the Outcome that dead-letters it."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        namespace: str,
+        worker_id: str,
+        limit: int = POISON_DELIVERY_LIMIT,
+        ttl_s: int = COUNTER_TTL_S,
+    ) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self._client = client
+        self._keys = keys
+        self._namespace = namespace
+        self._worker_id = worker_id
+        self.limit = limit
+        self._ttl_s = ttl_s
+        self._count = client.register_script(_COUNT_LUA)
+
+    def check(self, delivery: Delivery) -> Outcome | None:
+        if not delivery.redelivered:
+            return None
+        key = self._keys.deliveries(message_fingerprint(delivery))
+        # Redis down: ServiceUnavailable, and the consumer pauses with the message unacked.
+        with translate_redis_errors(self._client):
+            deliveries = 1 + int(self._count(keys=[key], args=[self._ttl_s]))
+        url = _url_of(delivery.body)
+        if deliveries <= self.limit:
+            log.info("redelivered %s from %s: delivery %d of %d", url, delivery.queue, deliveries, self.limit)
+            return None
+        log.warning(
+            "dead-lettering %s: delivered %d times without being settled (limit %d)",
+            url,
+            deliveries,
+            self.limit,
+        )
+        failure = Failure(
+            REASON,
+            f"delivered {deliveries} times without being settled; workers crashed or stopped while "
+            "handling it",
+            None,
+            delivery.queue,
+            self._worker_id,
+        )
+        return Outcome.forward(
+            Publication(
+                dead_letter_exchange(self._namespace),
+                delivery.queue,
+                delivery.body,
+                {**Progress.from_headers(delivery.headers).to_headers(), **failure.to_headers()},
+            )
+        )
+
+
+def _url_of(body: bytes) -> str:
+    try:
+        return CrawlTask.decode(body).url
+    except DecodeError:
+        return "<undecodable>"

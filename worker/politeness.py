@@ -1,0 +1,282 @@
+"""How hard the worker may press on one domain, and the gate every request to it goes through.
+
+Per domain, shared by every worker through Redis (docs/POLITENESS.md):
+
+- a request rate: RATE_LIMIT_RPS, or the domain's own line in POLITENESS_FILE, lowered by a
+  robots.txt Crawl-delay, and stretched by an adaptive backoff after 429/503 answers;
+- a cap on requests in flight: MAX_CONCURRENT_PER_DOMAIN, or the domain's own line;
+- a pause a server asked for with Retry-After.
+
+`DomainGate.call(domain, send)` waits for a slot (in-process when the wait is short), sends,
+and reports throttling answers back to the shared state. When the wait would be long it raises
+TryLater, which is not a failure: the handler sends the URL back through a delay queue without
+charging it an attempt.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from shared.errors import ConfigError, TransientError
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# The limiter aims this much under the configured rate. A server sees each request a little
+# after it leaves (a new connection, the server's own scheduling), by a varying amount; with
+# requests exactly 1/rate apart, R+1 of them can then land in one second. Stretching the interval
+# by 5% leaves 50 ms for such jitter in every one-second window, at any rate, and keeps 95% of
+# the allowed throughput (docs/POLITENESS.md).
+RATE_HEADROOM = 1.05
+BUSY_POLL_S = 0.05  # how often a caller refused for concurrency asks again, while it waits
+BUSY_RETRY_S = 1.0  # a URL deferred for concurrency comes back after about this long
+LEASE_MARGIN_S = 5.0  # a concurrency lease outlives the longest possible fetch by this much
+MAX_SPACING_WAITS = 5  # a request nudged back (clear_to_send) more often than this is deferred
+
+
+class TryLater(Exception):
+    """Not a failure: the URL cannot be served now and should come back after `wait_s`."""
+
+    def __init__(self, wait_s: float, reason: str) -> None:
+        self.wait_s = wait_s
+        self.reason = reason
+        super().__init__(f"{reason}: try again in {wait_s:.3f} s")
+
+
+class Throttled(TransientError):
+    """A 429 or 503 answer: the server is asking us to slow down (seconds from Retry-After)."""
+
+    def __init__(self, reason: str, detail: str, http_status: int, retry_after_s: float | None) -> None:
+        super().__init__(reason, detail, http_status)
+        self.retry_after_s = retry_after_s
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header: delay-seconds or an HTTP date; None if absent
+    or unreadable. A date in the past means 0."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a date without a zone is read as such
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+@dataclass(frozen=True)
+class DomainPolicy:
+    rate_limit_rps: float
+    max_concurrent: int
+
+    def rate_per_s(self, crawl_delay_s: float | None) -> float:
+        """The configured rate, or less if robots.txt asks for a longer delay between requests."""
+        if crawl_delay_s is not None and crawl_delay_s > 0:
+            return min(self.rate_limit_rps, 1.0 / crawl_delay_s)
+        return self.rate_limit_rps
+
+
+_POLICY_KEYS = {"rate_limit_rps": float, "max_concurrent": int}
+
+
+class PolitenessConfig:
+    """Settings' defaults plus per-domain overrides from a TOML file:
+
+        [domains."example.com"]
+        rate_limit_rps = 0.5
+        max_concurrent = 1
+
+    A domain is host[:port] in lower case, the default port left out (shared.urls.domain_of).
+    """
+
+    def __init__(self, default: DomainPolicy, overrides: Mapping[str, DomainPolicy] | None = None) -> None:
+        self.default = default
+        self.overrides = {domain.lower(): policy for domain, policy in (overrides or {}).items()}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PolitenessConfig:
+        default = DomainPolicy(settings.rate_limit_rps, settings.max_concurrent_per_domain)
+        if not settings.politeness_file:
+            return cls(default)
+        path = Path(settings.politeness_file)
+        try:
+            document = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"POLITENESS_FILE {path}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"POLITENESS_FILE {path}: {exc}") from None
+        return cls(default, _overrides(document, default, str(path)))
+
+    def policy_for(self, domain: str) -> DomainPolicy:
+        return self.overrides.get(domain.lower(), self.default)
+
+
+def _overrides(document: dict[str, Any], default: DomainPolicy, where: str) -> dict[str, DomainPolicy]:
+    unknown = set(document) - {"domains"}
+    if unknown:
+        raise ConfigError(f'{where}: unknown table(s) {sorted(unknown)}; expected [domains."host"]')
+    domains = document.get("domains", {})
+    if not isinstance(domains, dict):
+        raise ConfigError(f"{where}: 'domains' must be a table")
+    found: dict[str, DomainPolicy] = {}
+    for domain, table in domains.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: domains.{domain!r} must be a table")
+        values: dict[str, Any] = {
+            "rate_limit_rps": default.rate_limit_rps,
+            "max_concurrent": default.max_concurrent,
+        }
+        for key, raw in table.items():
+            kind = _POLICY_KEYS.get(key)
+            if kind is None:
+                raise ConfigError(
+                    f"{where}: domains.{domain!r}.{key}: unknown key; use {sorted(_POLICY_KEYS)}"
+                )
+            if (
+                isinstance(raw, bool)
+                or not isinstance(raw, int | float)
+                or (kind is int and not isinstance(raw, int))
+            ):
+                raise ConfigError(
+                    f"{where}: domains.{domain!r}.{key}: expected a {kind.__name__}, got {raw!r}"
+                )
+            if not math.isfinite(raw) or raw <= 0:
+                raise ConfigError(f"{where}: domains.{domain!r}.{key}: must be positive, got {raw!r}")
+            values[key] = kind(raw)
+        found[domain.lower()] = DomainPolicy(**values)
+    return found
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What the shared limiter granted (see worker.ratelimit.RateLimiter.reserve)."""
+
+    wait_s: float
+    reserved: bool
+    reason: str = "ok"  # refused: rate | paused | busy
+    lease: str = ""  # the concurrency lease to give back; empty when none was taken
+    backoff: float = 1.0  # the domain's current interval multiplier
+
+
+class DomainLimiter(Protocol):
+    """The shared per-domain state; worker.ratelimit.RateLimiter is the Redis one."""
+
+    def reserve(
+        self,
+        domain: str,
+        rate_per_s: float,
+        burst: int = 1,
+        *,
+        max_wait_s: float,
+        max_concurrent: int = 0,
+        lease_s: float = 0.0,
+    ) -> Reservation: ...
+
+    def release(self, domain: str, lease: str) -> None: ...
+
+    def clear_to_send(self, domain: str, spacing_s: float) -> tuple[bool, float, str]: ...
+
+    def pause(self, domain: str, seconds: float) -> None: ...
+
+    def slow_down(self, domain: str, rate_per_s: float) -> float: ...
+
+    def speed_up(self, domain: str) -> float: ...
+
+
+class DomainGate:
+    """Every request to a domain goes through `call`, robots.txt included."""
+
+    def __init__(
+        self,
+        limiter: DomainLimiter,
+        config: PolitenessConfig,
+        settings: Settings,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._limiter = limiter
+        self._config = config
+        self._max_inline_wait_s = settings.max_inline_wait_s
+        self._max_pause_s = settings.max_domain_pause_s
+        self._lease_s = settings.fetch_deadline_s + LEASE_MARGIN_S
+        self._sleep = sleep
+        self._clock = clock
+
+    def call(self, domain: str, send: Callable[[], T], crawl_delay_s: float | None = None) -> T:
+        """Send once the domain allows; raise TryLater if that is more than a short wait away."""
+        policy = self._config.policy_for(domain)
+        rate = policy.rate_per_s(crawl_delay_s)
+        reservation = self._admit(domain, rate, policy.max_concurrent)
+        try:
+            if reservation.wait_s > 0:
+                self._sleep(reservation.wait_s)
+            # Requests leave a whole interval apart even when one of them woke late.
+            self._clear_to_send(domain, RATE_HEADROOM / rate * reservation.backoff)
+            result = send()
+        except Throttled as exc:
+            self._throttled(domain, exc, rate)
+            raise
+        finally:
+            if reservation.lease:
+                self._limiter.release(domain, reservation.lease)
+        if reservation.backoff > 1.0:
+            self._limiter.speed_up(domain)
+        return result
+
+    def _admit(self, domain: str, rate: float, max_concurrent: int) -> Reservation:
+        deadline = self._clock() + self._max_inline_wait_s
+        while True:
+            remaining = max(0.0, deadline - self._clock())
+            reservation = self._limiter.reserve(
+                domain,
+                rate / RATE_HEADROOM,
+                max_wait_s=remaining,
+                max_concurrent=max_concurrent,
+                lease_s=self._lease_s,
+            )
+            if reservation.reserved:
+                return reservation
+            if reservation.reason != "busy":
+                # Come back when the slot is within the in-process wait, not when it is due:
+                # then there is always a URL waiting for the domain's next slot.
+                raise TryLater(max(0.0, reservation.wait_s - remaining), reservation.reason)
+            if remaining <= 0:
+                raise TryLater(BUSY_RETRY_S, "busy")
+            # All the domain's concurrency slots are taken; one usually frees within a fetch.
+            self._sleep(min(BUSY_POLL_S, remaining))
+
+    def _clear_to_send(self, domain: str, spacing_s: float) -> None:
+        """Wait, briefly, until the previous request to the domain is far enough behind us."""
+        for _ in range(MAX_SPACING_WAITS):
+            cleared, wait_s, reason = self._limiter.clear_to_send(domain, spacing_s)
+            if cleared:
+                return
+            if reason == "paused":  # a 429 arrived while we slept towards our slot
+                raise TryLater(wait_s, "paused")
+            self._sleep(wait_s)
+        raise TryLater(0.0, "spacing")
+
+    def _throttled(self, domain: str, exc: Throttled, rate: float) -> None:
+        if exc.retry_after_s is not None and exc.retry_after_s > 0:
+            pause_s = min(exc.retry_after_s, self._max_pause_s)
+            self._limiter.pause(domain, pause_s)
+            log.warning("%s answered %s: pausing the domain for %.1f s", domain, exc.http_status, pause_s)
+        else:
+            multiplier = self._limiter.slow_down(domain, rate)
+            log.warning(
+                "%s answered %s without Retry-After: interval now x%.2f", domain, exc.http_status, multiplier
+            )
