@@ -14,6 +14,7 @@ from dlq_consumer import store
 from dlq_consumer.record import record_from_delivery
 from shared import db
 from shared.consumer import Delivery, Outcome, Subscription, run_consumers
+from shared.metrics import DEAD_LETTERS, start_metrics_server
 from shared.settings import Settings
 from shared.topology import dead_letter_queue
 
@@ -43,6 +44,8 @@ class DeadLetterRecorder:
         except BaseException:
             self._discard_connection()  # it may be mid-transaction or broken: start clean
             raise
+        # Counted once committed, like the row: a delivery that fails here is counted on its retry.
+        DEAD_LETTERS.labels(record.reason).inc()
         log.info(
             "dead letter %s run=%s reason=%s attempts=%d replays=%d",
             record.url,
@@ -73,6 +76,7 @@ class DeadLetterRecorder:
 def consume(settings: Settings) -> int:
     """Run the dead-letter consumer until SIGTERM/SIGINT; return the exit code."""
     db.ensure_schema(settings)
+    start_metrics_server(settings)
     recorder = DeadLetterRecorder(settings)
     try:
         return run_consumers(

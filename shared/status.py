@@ -1,18 +1,23 @@
-"""python -m shared.status [--run ID] [--json]: what the pipeline holds right now.
+"""python -m shared.status [--run ID] [--json | --watch [--interval S]]: what the pipeline holds
+right now, and what it has been doing in the last minute or two.
 
 Queue depths come from the RabbitMQ management API, which also knows unacked counts; its numbers
 are refreshed every few seconds, not live. Without the management plugin a passive declare gives
-live ready and consumer counts but no unacked count. Run figures come from PostgreSQL and the
-run's Redis counters. Nothing here writes anything.
+live ready and consumer counts but no unacked count. Run figures and recent activity (see
+shared/activity.py) come from PostgreSQL, counters from the run's Redis hash. Nothing here writes
+anything. --watch redraws the view every few seconds until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, TextIO
 from urllib.parse import quote, unquote, urlsplit
 
 import psycopg
@@ -21,6 +26,7 @@ import requests
 
 from shared import broker, db
 from shared.accounting import account
+from shared.activity import recent_activity, render_activity
 from shared.cli import configure_logging, run_main
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
@@ -30,6 +36,8 @@ from shared.topology import build_topology, dead_letter_queue
 MANAGEMENT_TIMEOUT_S = (1.0, 3.0)  # connect, read: status must answer fast even if the API hangs
 REDIS_TIMEOUT_S = 3.0
 RECENT_RUNS = 10
+WATCH_INTERVAL_S = 2.0
+CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, erase display: redraw in place
 
 REPLAYED_OF_RUN = "SELECT count(*) FROM dead_letters WHERE run_id = %s AND state = 'replayed'"
 LATEST_RUNS = """
@@ -178,6 +186,7 @@ def gather(settings: Settings, run_id: str | None, get: HttpGet | None = None) -
             empty = {"pages": 0, "dead_letters": {}, "replayed": 0, "skips": {}}
             figures = run_figures(settings, conn, run_id) if has_tables else empty
             report["run"] = {"run_id": run_id, **figures}
+        report["activity"] = recent_activity(conn, run_id) if has_tables else None
     if run_id is not None:
         report["run"]["counters"] = run_counters(settings, run_id)
     return report
@@ -191,6 +200,8 @@ def render(report: dict[str, Any]) -> str:
         figures = [_shown(q[k]) for k in ("ready", "unacked", "consumers")]
         rows.append((q["name"], q["role"], *(figures if q["exists"] else ["missing", "", ""])))
     lines += _table(rows)
+    if report.get("activity"):
+        lines += ["", *render_activity(report["activity"])]
     if "run" in report:
         run = report["run"]
         lines += ["", f"run {run['run_id']}"]
@@ -223,13 +234,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m shared.status", description="Queue depths and run figures of the pipeline."
     )
     parser.add_argument("--run", metavar="ID", help="figures of this run (default: list latest runs)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    shown.add_argument("--watch", action="store_true", help="redraw the view until Ctrl-C")
+    parser.add_argument(
+        "--interval",
+        type=_positive_seconds,
+        default=WATCH_INTERVAL_S,
+        metavar="S",
+        help=f"seconds between redraws with --watch (default {WATCH_INTERVAL_S:g})",
+    )
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    configure_logging(settings.log_level, "status")
+    configure_logging(settings.log_level, "status", settings.log_format)
+    if args.watch:
+        return watch(settings, args.run, args.interval)
     report = gather(settings, args.run)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0
+
+
+def watch(settings: Settings, run_id: str | None, interval_s: float, out: TextIO = sys.stdout) -> int:
+    """Redraw the view every `interval_s` until Ctrl-C, which is how it is meant to end: exit 0.
+
+    A service that cannot be reached is shown in place of the view and asked again at the next
+    redraw, so a watch survives a broker restart."""
+    try:
+        while True:
+            try:
+                view = render(gather(settings, run_id))
+            except ServiceUnavailable as exc:
+                view = f"error: {exc}"
+            stamp = datetime.now().strftime("%H:%M:%S")
+            out.write(f"{CLEAR_SCREEN}{view}\n\n{stamp}  every {interval_s:g} s, Ctrl-C to stop\n")
+            out.flush()
+            time.sleep(interval_s)
+    except KeyboardInterrupt:
+        out.write("\n")
+        return 0
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
 
 
 def _management_getter(settings: Settings) -> HttpGet:

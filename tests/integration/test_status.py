@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from shared.consumer import Delivery
 from shared.keys import Keys
 from shared.messages import CrawlTask, Failure
 from shared.settings import Settings
-from shared.status import gather
+from shared.status import CLEAR_SCREEN, gather
 from shared.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 
 pytestmark = pytest.mark.integration
@@ -178,3 +179,99 @@ def test_an_unreachable_redis_is_one_line_and_exit_2(seeded: Settings) -> None:
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "Redis" in done.stderr and "Traceback" not in done.stderr
+
+
+ACTIVE = "run-live"
+
+
+@pytest.fixture
+def active(settings: Settings) -> Settings:
+    """Pages stamped relative to the database's clock: in the last minute 20 on a.example by w1
+    and 10 on b.example by w2 (6 of them in another run); 90 s ago 12 on c.example by w3; ten
+    minutes ago 5 by w4. Dead letters: 2 http_500 and 1 replayed timeout."""
+    db.ensure_schema(settings)
+    batches = (  # (count, host, worker, seconds ago, run)
+        (20, "a.example", "w1", 10, ACTIVE),
+        (4, "b.example", "w2", 20, ACTIVE),
+        (6, "user:pw@b.example:8080", "w2", 30, "run-other"),
+        (12, "c.example", "w3", 90, ACTIVE),
+        (5, "d.example", "w4", 600, ACTIVE),
+    )
+    with db.connect(settings) as conn:
+        for count, host, worker, ago_s, run in batches:
+            for n in range(count):
+                url = f"https://{host}/p{n}"
+                conn.execute(
+                    "INSERT INTO pages (run_id, url, final_url, http_status, queue, worker_id, fetched_at)"
+                    " VALUES (%s, %s, %s, 200, 'bulk', %s, now() - make_interval(secs => %s))",
+                    (run, url, url, worker, ago_s),
+                )
+        for url, reason in (("e1", "http_500"), ("e2", "http_500"), ("e3", "timeout")):
+            body = CrawlTask(url=f"https://a.example/{url}", run_id=ACTIVE, queue="bulk").encode()
+            delivery = Delivery("dead", body, Failure(reason).to_headers(), redelivered=False)
+            store.upsert(conn, record_from_delivery(delivery, settings.crawl_namespace))
+        conn.execute("UPDATE dead_letters SET state = 'replayed' WHERE reason = 'timeout'")
+    return settings
+
+
+def test_json_report_has_the_recent_activity_of_every_run(active: Settings) -> None:
+    done = status(active, "--json", RABBITMQ_MANAGEMENT_URL=CLOSED_PORT_HTTP)
+
+    assert done.returncode == 0, done.stderr
+    activity = json.loads(done.stdout)["activity"]
+    assert activity["pages_in_window"] == 30
+    assert activity["pages_per_s"] == 0.5  # 30 pages over the 60 s window
+    assert activity["top_domains"] == [
+        {"domain": "a.example", "pages": 20},
+        {"domain": "b.example", "pages": 10},
+    ]
+    workers = {w["worker_id"]: w["pages"] for w in activity["workers"]}
+    assert workers == {"w1": 20, "w2": 10, "w3": 12}  # w4 last stored a page ten minutes ago
+    assert activity["dead_letters"] == {"http_500": 2}
+
+
+def test_with_a_run_the_activity_is_that_runs(active: Settings) -> None:
+    done = status(active, "--run", ACTIVE, "--json", RABBITMQ_MANAGEMENT_URL=CLOSED_PORT_HTTP)
+
+    assert done.returncode == 0, done.stderr
+    activity = json.loads(done.stdout)["activity"]
+    assert activity["pages_in_window"] == 24
+    assert activity["pages_per_s"] == 0.4
+    assert [d["pages"] for d in activity["top_domains"]] == [20, 4]
+    assert {w["worker_id"]: w["pages"] for w in activity["workers"]} == {"w1": 20, "w2": 4, "w3": 12}
+
+
+def test_watch_redraws_until_ctrl_c_and_exits_0(active: Settings) -> None:
+    env = {
+        **os.environ,
+        "PG_SCHEMA": active.pg_schema,
+        "CRAWL_NAMESPACE": active.crawl_namespace,
+        "DATABASE_URL": active.database_url,
+        "RABBITMQ_MANAGEMENT_URL": CLOSED_PORT_HTTP,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "shared.status", "--watch", "--interval", "0.2"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        shown: list[str] = []
+        deadline = time.monotonic() + 30
+        while sum("Ctrl-C to stop" in line for line in shown) < 3:  # each frame ends with it
+            assert time.monotonic() < deadline, "the view was not redrawn"
+            shown.append(process.stdout.readline())
+        process.send_signal(signal.SIGINT)
+        rest, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    frames = "".join([*shown, rest]).split(CLEAR_SCREEN)[1:]
+    assert len(frames) >= 3
+    for frame in frames:
+        assert "pages/s        0.50  (30 pages)" in frame
+        assert "w3  12 pages" in frame

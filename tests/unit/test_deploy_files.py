@@ -1,10 +1,12 @@
-"""Static checks of docker-compose.yml, Dockerfile, .dockerignore and .env.example: nothing here
-needs a container engine, so a broken deployment file fails in the unit tests."""
+"""Static checks of docker-compose.yml, Dockerfile, .dockerignore, .env.example and the monitoring
+files under deploy/: nothing here needs a container engine, so a broken deployment file fails in
+the unit tests."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import re
 import shlex
 import tomllib
@@ -14,7 +16,9 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from prometheus_client.metrics import MetricWrapperBase
 
+from shared import metrics
 from shared.settings import Settings
 
 pytestmark = pytest.mark.unit
@@ -23,8 +27,23 @@ REPO = Path(__file__).resolve().parents[2]
 BACKING_SERVICES = ("rabbitmq", "redis", "postgres")
 PIPELINE_SERVICES = ("producer", "worker", "dlq_consumer")
 APP_MODULES = {"producer", "worker", "dlq_consumer", "demo_site"}
-# Variables only compose reads (to configure RabbitMQ and PostgreSQL and build the URLs).
-COMPOSE_CREDENTIALS = {"RABBITMQ_DEFAULT_USER", "RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"}
+# Variables only compose reads (to configure RabbitMQ, PostgreSQL and Grafana, and build the URLs).
+COMPOSE_CREDENTIALS = {
+    "RABBITMQ_DEFAULT_USER",
+    "RABBITMQ_DEFAULT_PASS",
+    "POSTGRES_PASSWORD",
+    "GRAFANA_ADMIN_PASSWORD",
+}
+MONITORING_SERVICES = ("prometheus", "grafana")
+RABBITMQ_PROMETHEUS_PORT = 15692
+# Per-queue metrics of the rabbitmq_prometheus plugin the dashboard may use, with the family of
+# /metrics/detailed that returns each.
+RABBITMQ_QUEUE_METRICS = {
+    "rabbitmq_detailed_queue_messages_ready": "queue_coarse_metrics",
+    "rabbitmq_detailed_queue_messages_unacked": "queue_coarse_metrics",
+    "rabbitmq_detailed_queue_messages": "queue_coarse_metrics",
+    "rabbitmq_detailed_queue_consumers": "queue_consumer_count",
+}
 SETTINGS_VARS = {f.name.upper() for f in dataclasses.fields(Settings)}
 REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)[^}]*\}")
 
@@ -249,7 +268,7 @@ def test_env_example_lists_every_setting_with_its_default() -> None:
 def test_env_example_credentials_are_placeholders_to_change() -> None:
     values = env_example()
     assert set(values) >= COMPOSE_CREDENTIALS
-    for name in ("RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"):
+    for name in ("RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD", "GRAFANA_ADMIN_PASSWORD"):
         assert "change" in values[name].lower()
         assert "guest" not in values[name].lower()
     assert values["RABBITMQ_DEFAULT_USER"] != "guest"
@@ -300,3 +319,154 @@ def test_dockerignore_keeps_secrets_and_history_out() -> None:
     ignored = (REPO / ".dockerignore").read_text(encoding="utf-8").split()
     assert ".env" in ignored
     assert ".git" in ignored
+
+
+# --- Monitoring: the compose profile, Prometheus, Grafana --------------------------------------
+
+
+def deploy_yaml(path: str) -> Any:
+    return yaml.safe_load((REPO / "deploy" / path).read_text(encoding="utf-8"))
+
+
+def dashboard() -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((REPO / "deploy/grafana/dashboards/crawl.json").read_text("utf-8"))
+    return found
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the dashboard, in panels and in panels nested in rows."""
+    queries = []
+    pending = list(dashboard()["panels"])
+    while pending:
+        panel = pending.pop()
+        pending += panel.get("panels", [])
+        queries += [target["expr"] for target in panel.get("targets", [])]
+    return queries
+
+
+def sample_names_defined_in_metrics_module() -> dict[str, str]:
+    """Series name → metric family, for every metric shared/metrics.py defines."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    names = {}
+    for value in vars(metrics).values():
+        if isinstance(value, MetricWrapperBase):
+            for family in value.describe():
+                names |= {family.name + suffix: family.name for suffix in suffixes[family.type]}
+    return names
+
+
+def volume_targets(service: dict[str, Any]) -> dict[str, str]:
+    """Container path → host path of the service's bind mounts."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target = str(volume).split(":")[:2]
+        if source.startswith("./"):
+            mounts[target] = source
+    return mounts
+
+
+def test_monitoring_services_run_only_under_their_profile(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        if name in MONITORING_SERVICES:
+            assert service.get("profiles") == ["monitoring"], f"{name} must run only with the profile"
+        else:
+            assert "profiles" not in service, f"{name}: the pipeline must start without a profile"
+        for dependency in service.get("depends_on", {}):
+            if name not in MONITORING_SERVICES:
+                assert dependency not in MONITORING_SERVICES, f"{name} must not need {dependency}"
+
+
+def test_monitoring_images_are_pinned_releases(services: dict[str, dict[str, Any]]) -> None:
+    for name in MONITORING_SERVICES:
+        image = services[name]["image"]
+        assert re.fullmatch(r"[a-z/]+:v?\d+\.\d+\.\d+", image), f"{name}: {image!r} is not a pinned release"
+
+
+def test_pipeline_services_serve_metrics_inside_the_compose_network(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in PIPELINE_SERVICES:
+        env = environment(services[name])
+        assert int(env["METRICS_PORT"]) > 0, f"{name}: no metrics port"
+        assert env["METRICS_HOST"] == "0.0.0.0", f"{name}: Prometheus in another container cannot reach it"
+        assert not services[name].get("ports"), f"{name}: metrics need no published port"
+
+
+def test_prometheus_scrapes_every_pipeline_service_and_rabbitmq(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    mounts = volume_targets(services["prometheus"])
+    assert mounts["/etc/prometheus/prometheus.yml"] == "./deploy/prometheus/prometheus.yml"
+    config = deploy_yaml("prometheus/prometheus.yml")
+    scraped: dict[str, set[int]] = {}
+    for job in config["scrape_configs"]:
+        for sd in job.get("dns_sd_configs", []):
+            for host in sd["names"]:
+                scraped.setdefault(host, set()).add(int(sd["port"]))
+        for static in job.get("static_configs", []):
+            for target in static["targets"]:
+                host, _, port = target.rpartition(":")
+                scraped.setdefault(host, set()).add(int(port))
+    assert set(scraped) <= set(services), f"targets name services compose does not have: {set(scraped)}"
+    for name in PIPELINE_SERVICES:
+        assert scraped.get(name) == {int(environment(services[name])["METRICS_PORT"])}, name
+    assert scraped["rabbitmq"] == {RABBITMQ_PROMETHEUS_PORT}
+
+
+def test_rabbitmq_enables_the_management_and_prometheus_plugins(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    mounts = volume_targets(services["rabbitmq"])
+    source = mounts["/etc/rabbitmq/enabled_plugins"]
+    text = (REPO / source).read_text(encoding="utf-8").strip()
+    # An Erlang term: a list of atoms ended by a full stop.
+    assert re.fullmatch(r"\[[a-z_, ]+\]\.", text), f"{source} is not an Erlang list: {text!r}"
+    plugins = {name.strip() for name in text[1:-2].split(",")}
+    assert plugins >= {"rabbitmq_management", "rabbitmq_prometheus"}
+
+
+def test_dashboard_queries_only_metrics_that_exist() -> None:
+    defined = sample_names_defined_in_metrics_module()
+    requested_families = set()
+    for job in deploy_yaml("prometheus/prometheus.yml")["scrape_configs"]:
+        requested_families |= set(job.get("params", {}).get("family", []))
+    queries = dashboard_queries()
+    assert queries
+    for query in queries:
+        names = re.findall(r"\b((?:crawl|rabbitmq)_[a-z0-9_]+)", query)
+        assert names, f"query uses no pipeline or broker metric: {query}"
+        for name in names:
+            if name.startswith("crawl_"):
+                assert name in defined, f"{name} is not defined in shared/metrics.py ({query})"
+            else:
+                assert name in RABBITMQ_QUEUE_METRICS, f"{name} is not a known broker metric"
+                assert RABBITMQ_QUEUE_METRICS[name] in requested_families, f"{name} is never scraped"
+
+
+def test_dashboard_shows_every_metric_the_services_define() -> None:
+    defined = sample_names_defined_in_metrics_module()
+    shown = {
+        defined.get(name, name)
+        for query in dashboard_queries()
+        for name in re.findall(r"\bcrawl_[a-z0-9_]+", query)
+    }
+    assert shown == set(defined.values())
+
+
+def test_grafana_is_provisioned_with_the_dashboard_and_its_datasource(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    mounts = volume_targets(services["grafana"])
+    datasources = deploy_yaml("grafana/provisioning/datasources/prometheus.yml")["datasources"]
+    providers = deploy_yaml("grafana/provisioning/dashboards/crawl.yml")["providers"]
+    assert mounts[providers[0]["options"]["path"]] == "./deploy/grafana/dashboards"
+    assert mounts["/etc/grafana/provisioning/datasources"] == "./deploy/grafana/provisioning/datasources"
+    assert mounts["/etc/grafana/provisioning/dashboards"] == "./deploy/grafana/provisioning/dashboards"
+    (source,) = datasources
+    assert urlsplit(source["url"]).hostname == "prometheus"
+    used = {
+        json.dumps(panel["datasource"], sort_keys=True)
+        for panel in dashboard()["panels"]
+        if panel.get("targets")
+    }
+    assert used == {json.dumps({"type": "prometheus", "uid": source["uid"]}, sort_keys=True)}

@@ -1,0 +1,105 @@
+"""Every Prometheus metric of the pipeline, defined here and nowhere else.
+
+Services import the metric objects from this module and call `start_metrics_server(settings)`
+once in main(); with METRICS_PORT=0 (the default) no server starts and the metrics are plain
+in-process counters that cost next to nothing. Each process serves only its own figures:
+Prometheus adds them up across workers (``sum(rate(...))``).
+
+Where each metric is counted (label values in brackets):
+
+    worker
+      PAGES_STORED[queue]          after store.save_page() committed, once per stored page
+      SKIPS[reason]                after store.save_skip() committed (robots, blocked_address, ...)
+      FETCH_SECONDS                around each HTTP request of a page, revalidations included
+                                   (not robots.txt): observe(seconds), also for failed fetches
+      HTTP_RESPONSES[code]         every HTTP answer to a page fetch, by status code ("200",
+                                   "304", "404", "503", ...); a fetch with no answer counts nothing
+      RETRIES[reason]              when a transient failure is sent to a delay queue (_retry)
+      CACHE_HITS                   a page answered from a fresh cache entry, without a request
+      NOT_MODIFIED                 a 304 that revalidated a cached entry
+      RATE_LIMIT_WAITS             each in-process wait of the domain gate (rate, concurrency,
+      RATE_LIMIT_WAIT_SECONDS        pause): inc() once, and add the seconds slept
+      RATE_LIMIT_DEFERRALS[reason] a URL sent back through a delay queue because the domain
+                                   could not take it soon enough (TryLater, no attempt charged)
+      FETCHES_IN_FLIGHT            inc() when a handler thread starts on a delivery, dec() when
+                                   it returns an outcome (``with FETCHES_IN_FLIGHT.track_inprogress()``)
+
+    every consumer (the shared consumer loop, so worker and dlq_consumer alike)
+      MESSAGES_CONSUMED[queue]     each delivery taken from a queue, redeliveries included
+
+    dlq_consumer
+      DEAD_LETTERS[reason]         after a dead letter's row is committed (wired here already).
+                                   Counted only here, where broker expiries (`expired`) arrive
+                                   too; the worker does not count its dead-letter publishes.
+
+    producer
+      URLS_ENQUEUED[queue]         URLs whose publish the broker confirmed
+      URL_DUPLICATES               URLs the dedup step found already seen
+      URLS_INVALID[reason]         URLs rejected by canonicalisation
+
+Names follow Prometheus conventions: base units (seconds), ``_total`` added to counters by the
+client library. Labels have small fixed value sets (queues, reasons, status codes); never put
+a URL or domain in a label, which would create a series per page.
+"""
+
+from __future__ import annotations
+
+import logging
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from shared.errors import ConfigError
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# From a fast local page to the 30 s default FETCH_DEADLINE_S.
+FETCH_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+
+# Worker.
+PAGES_STORED = Counter("crawl_pages_stored", "Pages committed to PostgreSQL.", ["queue"])
+SKIPS = Counter("crawl_skips", "URLs recorded as skipped instead of fetched.", ["reason"])
+FETCH_SECONDS = Histogram(
+    "crawl_fetch_duration_seconds", "Time of one HTTP fetch of a page.", buckets=FETCH_BUCKETS_S
+)
+HTTP_RESPONSES = Counter("crawl_http_responses", "HTTP answers to page fetches, by status code.", ["code"])
+RETRIES = Counter("crawl_retries", "Transient failures sent to a delay queue for another try.", ["reason"])
+CACHE_HITS = Counter("crawl_cache_hits", "Pages answered from a fresh cache entry, without a request.")
+NOT_MODIFIED = Counter("crawl_not_modified", "Cached pages revalidated by a 304 answer.")
+RATE_LIMIT_WAITS = Counter("crawl_rate_limit_waits", "In-process waits for a domain's rate limit.")
+RATE_LIMIT_WAIT_SECONDS = Counter("crawl_rate_limit_wait_seconds", "Seconds spent in rate-limit waits.")
+RATE_LIMIT_DEFERRALS = Counter(
+    "crawl_rate_limit_deferrals", "URLs sent back through a delay queue to wait for their domain.", ["reason"]
+)
+FETCHES_IN_FLIGHT = Gauge("crawl_fetches_in_flight", "Deliveries a worker process is working on now.")
+
+# Every consumer.
+MESSAGES_CONSUMED = Counter("crawl_messages_consumed", "Deliveries taken from a queue.", ["queue"])
+
+# Dead-letter consumer.
+DEAD_LETTERS = Counter("crawl_dead_letters", "Dead letters recorded in PostgreSQL.", ["reason"])
+
+# Producer.
+URLS_ENQUEUED = Counter("crawl_producer_urls_enqueued", "URLs published and confirmed.", ["queue"])
+URL_DUPLICATES = Counter("crawl_producer_duplicates", "URLs not published because already seen.")
+URLS_INVALID = Counter("crawl_producer_invalid_urls", "URLs rejected by canonicalisation.", ["reason"])
+
+
+def start_metrics_server(settings: Settings) -> WSGIServer | None:
+    """Serve /metrics on METRICS_HOST:METRICS_PORT from a daemon thread; None when the port is 0.
+
+    The server thread never blocks the service, and dies with it. The server is returned so that
+    a caller (a test) can shut it down."""
+    if settings.metrics_port == 0:
+        return None
+    try:
+        server, _thread = start_http_server(settings.metrics_port, addr=settings.metrics_host)
+    except OSError as exc:
+        # Typically a second process on one machine with the same port: say which setting to change.
+        raise ConfigError(
+            f"METRICS_PORT: cannot listen on {settings.metrics_host}:{settings.metrics_port}: "
+            f"{exc.strerror or exc}"
+        ) from None
+    log.info("serving metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
+    return server

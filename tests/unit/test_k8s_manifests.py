@@ -1,0 +1,191 @@
+"""Static checks of the Kubernetes manifests in deploy/k8s: no cluster needed, so a manifest that
+names the wrong Deployment, queue, setting or image fails in the unit tests."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.settings import Settings
+from shared.topology import work_queue
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "deploy" / "k8s"
+MANIFEST_PATTERNS = ("*.yaml", "*.yml", "*.yaml.template")
+SERVICE_MODULES = {"worker", "producer", "dlq_consumer"}
+SETTINGS_VARS = {f.name.upper() for f in dataclasses.fields(Settings)}
+WORKLOAD_KINDS = {"Deployment", "Job"}
+
+
+def manifest_files() -> list[Path]:
+    return sorted({path for pattern in MANIFEST_PATTERNS for path in K8S.glob(pattern)})
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[dict[str, Any]]:
+    found = []
+    for path in manifest_files():
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if document is not None:
+                found.append(document)
+    return found
+
+
+def of_kind(documents: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in documents if d["kind"] == kind]
+
+
+def one(documents: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [d for d in of_kind(documents, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind} {name or ''}, found {len(matches)}"
+    return matches[0]
+
+
+def containers(documents: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(workload, container) for every container of every Deployment and Job."""
+    for workload in documents:
+        if workload["kind"] in WORKLOAD_KINDS:
+            for container in workload["spec"]["template"]["spec"]["containers"]:
+                yield workload, container
+
+
+def module_of(container: dict[str, Any]) -> str:
+    command = container["command"]
+    assert command[:2] == ["python", "-m"] and len(command) == 3, f"command {command}"
+    module: str = command[2]
+    return module
+
+
+def workload_running(documents: list[dict[str, Any]], module: str) -> dict[str, Any]:
+    found = [w for w, c in containers(documents) if module_of(c) == module]
+    assert len(found) == 1, f"expected one workload running {module}, found {len(found)}"
+    return found[0]
+
+
+def config(documents: list[dict[str, Any]]) -> dict[str, str]:
+    data: dict[str, str] = one(documents, "ConfigMap")["data"]
+    return data
+
+
+def secret_keys(documents: list[dict[str, Any]]) -> set[str]:
+    secret = one(documents, "Secret")
+    return set(secret.get("stringData", {})) | set(secret.get("data", {}))
+
+
+def test_there_are_manifests_and_the_secret_is_only_a_template() -> None:
+    names = {path.name for path in manifest_files()}
+    assert "secret.yaml.template" in names
+    # kubectl apply -f deploy/k8s/ reads .yaml, .yml and .json: a real secret must not sit here.
+    assert not [n for n in names if n.endswith((".yaml", ".yml")) and "secret" in n]
+
+
+def test_every_document_names_its_kind_and_lives_in_the_namespace(documents: list[dict[str, Any]]) -> None:
+    namespace = one(documents, "Namespace")["metadata"]["name"]
+    for document in documents:
+        assert document.get("apiVersion"), document
+        assert document.get("kind"), document
+        assert document.get("metadata", {}).get("name"), document
+        if document["kind"] != "Namespace":
+            assert document["metadata"].get("namespace") == namespace, document["metadata"]["name"]
+
+
+def test_the_configmap_is_valid_settings(documents: list[dict[str, Any]]) -> None:
+    values = config(documents)
+    assert set(values) <= SETTINGS_VARS, f"not settings: {set(values) - SETTINGS_VARS}"
+    settings = Settings.from_env(values)  # raises ConfigError on a bad value
+    assert settings.queue_type == "quorum", "a three-node cluster needs replicated queues"
+    assert settings.metrics_port > 0 and settings.metrics_host == "0.0.0.0"
+    assert settings.log_format == "json"
+
+
+def test_every_environment_variable_is_a_setting(documents: list[dict[str, Any]]) -> None:
+    assert secret_keys(documents) <= SETTINGS_VARS
+    assert {"AMQP_URL", "REDIS_URL", "DATABASE_URL"} <= secret_keys(documents)
+    for workload, container in containers(documents):
+        names = {variable["name"] for variable in container.get("env", [])}
+        assert names <= SETTINGS_VARS, f"{workload['metadata']['name']}: {names - SETTINGS_VARS}"
+
+
+def test_workloads_read_the_configmap_and_the_secret(documents: list[dict[str, Any]]) -> None:
+    configmap = one(documents, "ConfigMap")["metadata"]["name"]
+    secret = one(documents, "Secret")["metadata"]["name"]
+    for workload, container in containers(documents):
+        sources = container.get("envFrom", [])
+        assert {"configMapRef": {"name": configmap}} in sources, workload["metadata"]["name"]
+        assert {"secretRef": {"name": secret}} in sources, workload["metadata"]["name"]
+
+
+def test_containers_run_the_services_of_this_repository(documents: list[dict[str, Any]]) -> None:
+    modules = [module_of(c) for _, c in containers(documents)]
+    assert sorted(modules) == sorted(SERVICE_MODULES)
+    for module in modules:
+        assert (REPO / module / "__main__.py").is_file()
+    assert workload_running(documents, "producer")["kind"] == "Job"
+    assert workload_running(documents, "worker")["kind"] == "Deployment"
+    assert workload_running(documents, "dlq_consumer")["kind"] == "Deployment"
+
+
+def test_one_pinned_image_for_every_service(documents: list[dict[str, Any]]) -> None:
+    images = {c["image"] for _, c in containers(documents)}
+    assert len(images) == 1, f"the services run different images: {images}"
+    pulled = [*images, *(d["spec"]["image"] for d in of_kind(documents, "RabbitmqCluster"))]
+    for image in pulled:
+        repository, _, tag = image.rpartition(":")
+        assert repository and "/" not in tag, f"{image!r} has no tag"
+        assert tag != "latest" and any(ch.isdigit() for ch in tag), f"{image!r} is not pinned"
+
+
+def test_workers_get_time_to_finish_their_fetches(documents: list[dict[str, Any]]) -> None:
+    deadline_s = Settings.from_env(config(documents)).fetch_deadline_s
+    worker = workload_running(documents, "worker")["spec"]["template"]["spec"]
+    assert worker["terminationGracePeriodSeconds"] > deadline_s
+
+
+def test_long_running_services_are_ready_when_their_metrics_answer(documents: list[dict[str, Any]]) -> None:
+    port = Settings.from_env(config(documents)).metrics_port
+    for module in ("worker", "dlq_consumer"):
+        (container,) = workload_running(documents, module)["spec"]["template"]["spec"]["containers"]
+        probe = container["readinessProbe"]["httpGet"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert probe["path"] == "/metrics"
+        assert ports[probe["port"]] == port, module
+        assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+
+
+def test_keda_scales_the_worker_deployment_on_the_work_queues(documents: list[dict[str, Any]]) -> None:
+    scaled = one(documents, "ScaledObject")["spec"]
+    worker = workload_running(documents, "worker")
+    target = scaled["scaleTargetRef"]
+    assert target["name"] == worker["metadata"]["name"]
+    assert target.get("kind", "Deployment") == "Deployment"
+    assert "replicas" not in worker["spec"], "KEDA owns the replica count"
+
+    namespace = Settings.from_env(config(documents)).crawl_namespace
+    queues = {t["metadata"]["queueName"] for t in scaled["triggers"]}
+    assert {work_queue(namespace, "bulk"), work_queue(namespace, "priority")} <= queues
+    assert queues <= {work_queue(namespace, kind) for kind in ("priority", "ttl", "bulk")}
+    for trigger in scaled["triggers"]:
+        assert trigger["type"] == "rabbitmq"
+        assert trigger["metadata"]["mode"] == "QueueLength" and int(trigger["metadata"]["value"]) > 0
+        auth = one(documents, "TriggerAuthentication", trigger["authenticationRef"]["name"])
+        (host,) = auth["spec"]["secretTargetRef"]
+        assert host["parameter"] == "host"
+        assert host["name"] == one(documents, "Secret")["metadata"]["name"]
+        assert host["key"] in secret_keys(documents)
+
+
+def test_rabbitmq_is_a_three_node_operator_cluster(documents: list[dict[str, Any]]) -> None:
+    cluster = one(documents, "RabbitmqCluster")
+    assert cluster["apiVersion"].startswith("rabbitmq.com/")
+    assert cluster["spec"]["replicas"] == 3
+    host = "{name}.{ns}.svc".format(name=cluster["metadata"]["name"], ns=cluster["metadata"]["namespace"])
+    template = one(documents, "Secret")["stringData"]
+    assert f"@{host}:5672/" in template["AMQP_URL"]
+    assert config(documents)["RABBITMQ_MANAGEMENT_URL"] == f"http://{host}:15672"
