@@ -78,7 +78,7 @@ def _selection(args: argparse.Namespace) -> store.Selection:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = Settings.from_env()
-    configure_logging(settings.log_level, SERVICE_NAME)
+    configure_logging(settings.log_level, SERVICE_NAME, settings.log_format, settings.worker_id)
     command = args.command or "consume"
     if command == "consume":
         return consume(settings)

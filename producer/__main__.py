@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
+from shared.metrics import start_metrics_server
 from shared.settings import Settings
 
 EXIT_PUBLISH_FAILED = 1
@@ -66,7 +67,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     settings = Settings.from_env()
-    configure_logging(settings.log_level, "producer")
+    configure_logging(settings.log_level, "producer", settings.log_format)
+    start_metrics_server(settings)
     result = run(settings, options)
     print(json.dumps(result), flush=True)
     return EXIT_PUBLISH_FAILED if result["publish_failed"] else 0

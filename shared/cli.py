@@ -58,7 +58,8 @@ def configure_logging(level: str, service: str, fmt: str = "text", worker_id: st
     if fmt == "json":
         handler.setFormatter(JsonFormatter(service, worker_id))
     else:
-        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s"))
+        who = f"{service}[{worker_id}]" if worker_id else service
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {who} %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
     # pika logs every reconnect attempt with a traceback; our own line says enough.
     logging.getLogger("pika").setLevel(logging.CRITICAL)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import broker
+from shared import broker, metrics
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from shared.topology import build_topology
@@ -186,6 +186,7 @@ class ConsumerRuntime:
             priority=properties.priority or 0,
         )
         self._unsettled.add(method.delivery_tag)
+        metrics.MESSAGES_CONSUMED.labels(queue_name).inc()
         self._local.put(
             _Item(
                 self._rank[queue_name],

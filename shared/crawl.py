@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.demo:
         env = {**DEMO_ENV, **env}
     settings = Settings.from_env(env)
-    configure_logging(settings.log_level, "crawl")
+    configure_logging(settings.log_level, "crawl", settings.log_format)
     producer_args = [
         *_repeat("--sitemap", args.sitemap),
         *_repeat("--site", args.site),

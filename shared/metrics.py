@@ -28,7 +28,7 @@ Where each metric is counted (label values in brackets):
       MESSAGES_CONSUMED[queue]     each delivery taken from a queue, redeliveries included
 
     dlq_consumer
-      DEAD_LETTERS[reason]         after a dead letter's row is committed (wired here already).
+      DEAD_LETTERS[reason]         after a dead letter's row is committed.
                                    Counted only here, where broker expiries (`expired`) arrive
                                    too; the worker does not count its dead-letter publishes.
 
@@ -84,6 +84,13 @@ DEAD_LETTERS = Counter("crawl_dead_letters", "Dead letters recorded in PostgreSQ
 URLS_ENQUEUED = Counter("crawl_producer_urls_enqueued", "URLs published and confirmed.", ["queue"])
 URL_DUPLICATES = Counter("crawl_producer_duplicates", "URLs not published because already seen.")
 URLS_INVALID = Counter("crawl_producer_invalid_urls", "URLs rejected by canonicalisation.", ["reason"])
+
+
+def observe_fetch(seconds: float, status: int | None) -> None:
+    """One page fetch: its duration, and its status code when the server answered at all."""
+    FETCH_SECONDS.observe(seconds)
+    if status is not None:
+        HTTP_RESPONSES.labels(str(status)).inc()
 
 
 def start_metrics_server(settings: Settings) -> WSGIServer | None:

@@ -73,6 +73,7 @@ class Settings:
     proxy_rotation: str = "round_robin"  # round_robin | random
     proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
     proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
+    extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/profiles.py)
 
     # Producer.
     routing_file: str = ""  # TOML routing rules; empty = the built-in rules

@@ -10,8 +10,10 @@ import resource
 from shared import db
 from shared.cli import configure_logging, run_main
 from shared.consumer import Subscription, run_consumers
+from shared.metrics import start_metrics_server
 from shared.settings import Settings
 from shared.topology import work_queue
+from worker.store import ResultStore
 from worker.wiring import build_handler, connect_redis
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.concurrency:
         settings = dataclasses.replace(settings, fetch_concurrency=args.concurrency)
         settings.validate()
-    configure_logging(settings.log_level, f"worker[{settings.worker_id}]")
+    configure_logging(settings.log_level, "worker", settings.log_format, settings.worker_id)
+    start_metrics_server(settings)
     db.ensure_schema(settings)
     handler = build_handler(settings, connect_redis(settings))
     ns = settings.crawl_namespace
@@ -46,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         Subscription(work_queue(ns, kind), prio) for kind, prio in SUBSCRIPTION_PRIORITIES.items()
     ]
     log.info("worker %s starting with %d fetches in flight", settings.worker_id, settings.fetch_concurrency)
-    code = run_consumers(settings, "worker", subscriptions, handler, settings.fetch_concurrency)
+    try:
+        code = run_consumers(settings, "worker", subscriptions, handler, settings.fetch_concurrency)
+    finally:
+        if isinstance(handler.store, ResultStore):
+            handler.store.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     log.info(
         "worker %s stopped: peak_rss_mb=%.1f cpu_s=%.2f",

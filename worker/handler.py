@@ -12,16 +12,20 @@ never dropped, never acked unprocessed.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from bs4 import BeautifulSoup
+
+from shared import metrics
 from shared.broker import Publication
 from shared.consumer import Delivery, Outcome
-from shared.errors import DecodeError, PermanentError, TaskError, TransientError
+from shared.errors import BlockedAddress, DecodeError, PermanentError, TaskError, TransientError
 from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import Topology, dead_letter_exchange, delay_routing_key, retry_exchange
@@ -29,6 +33,7 @@ from shared.urls import domain_of
 from worker.parse import ParsedPage, decode_html, parse_page
 from worker.poison import DeliveryLimit
 from worker.politeness import TryLater
+from worker.profiles import Profiles
 from worker.robots import RobotsAnswer, RobotsRules
 from worker.store import PageRow, SkipRow
 
@@ -59,14 +64,6 @@ class CacheEntry:
     fresh: bool  # young enough to use without asking the server
 
 
-@dataclass(frozen=True)
-class PageSource:
-    """How a stored page was obtained, beyond what PageRow says."""
-
-    not_modified: bool
-    proxy: str | None
-
-
 class Fetch(Protocol):
     def page(self, url: str, revalidate: CacheEntry | None) -> Response:
         """GET `url`; conditional when `revalidate` has validators (then a 304 has no body)."""
@@ -92,7 +89,7 @@ class Robots(Protocol):
 
 
 class Store(Protocol):
-    def save_page(self, row: PageRow, source: PageSource) -> None: ...
+    def save_page(self, row: PageRow) -> None: ...
 
     def save_skip(self, row: SkipRow) -> None: ...
 
@@ -108,6 +105,7 @@ class CrawlHandler:
     store: Store
     clock: Callable[[], float] = time.time
     delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
+    profiles: Profiles = dataclasses.field(default_factory=Profiles)
 
     def __post_init__(self) -> None:
         self._local = threading.local()
@@ -122,7 +120,11 @@ class CrawlHandler:
             log.warning("undecodable message on %s: %s", delivery.queue, exc.detail)
             return self._dead_letter(delivery.body, "", progress, exc)
         try:
-            return self._crawl(task, progress)
+            with metrics.FETCHES_IN_FLIGHT.track_inprogress():
+                return self._crawl(task, progress)
+        except BlockedAddress as exc:
+            # Not the URL's failure and nothing to retry: the address is not ours to fetch.
+            return self._skip(task, "blocked_address", exc.detail)
         except TryLater as later:
             return self._defer(delivery.body, task, progress, later)
         except TransientError as exc:
@@ -137,25 +139,41 @@ class CrawlHandler:
     def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
         rules = self._robots_rules(task.url)
         if rules is not None and not rules.allows(task.url):
-            self.store.save_skip(
-                SkipRow(task.run_id, task.url, "robots", "disallowed by robots.txt", self.settings.worker_id)
-            )
-            log.info("skipped %s: disallowed by robots.txt", task.url)
-            return Outcome.done()
+            return self._skip(task, "robots", "disallowed by robots.txt")
         response = self._response_for(task.url, rules)
-        page = parse_page(decode_html(response.body, response.content_type), response.final_url)
-        self.store.save_page(
-            self._row(task, response, page, progress), PageSource(response.not_modified, response.proxy)
-        )
+        html = decode_html(response.body, response.content_type)
+        page = parse_page(html, response.final_url)
+        profile, extracted = self._extract(task.url, html)
+        self.store.save_page(self._row(task, response, page, progress, profile, extracted))
+        metrics.PAGES_STORED.labels(task.queue).inc()
         log.info(
-            "stored %s status=%d cache=%s not_modified=%s attempt=%d",
+            "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
             task.url,
+            task.run_id,
             response.status,
             response.from_cache,
             response.not_modified,
             progress.attempt + 1,
+            extra=_context(task),
         )
         return Outcome.done()
+
+    def _skip(self, task: CrawlTask, reason: str, detail: str) -> Outcome:
+        self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
+        metrics.SKIPS.labels(reason).inc()
+        log.info("skipped %s run=%s: %s (%s)", task.url, task.run_id, reason, detail, extra=_context(task))
+        return Outcome.done()
+
+    def _extract(self, url: str, html: str) -> tuple[str | None, dict[str, Any]]:
+        """Fields of the extraction profile for this URL; the page is parsed again only when one
+        applies, so crawls without profiles pay nothing."""
+        if self.profiles.for_url(url) is None:
+            return None, {}
+        try:
+            return self.profiles.extract(url, BeautifulSoup(html, "lxml"))
+        except Exception as exc:  # hostile markup can break any parser; the page is still stored
+            log.warning("extraction profile failed on %s: %s", url, exc)
+            return None, {}
 
     def _robots_rules(self, url: str) -> RobotsRules | None:
         if not self.settings.respect_robots:
@@ -172,6 +190,7 @@ class CrawlHandler:
         """From the cache while fresh; else fetched (conditionally, if cached) through the gate."""
         cached = self.cache.get(url)
         if cached is not None and cached.fresh:
+            metrics.CACHE_HITS.inc()
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
         fetcher = self._fetcher()
@@ -179,6 +198,7 @@ class CrawlHandler:
         if fetched.not_modified:
             if cached is None:  # the fetcher only asks conditionally with an entry to revalidate
                 raise PermanentError("http_304", "not modified, but nothing was cached", 304)
+            metrics.NOT_MODIFIED.inc()
             fetched = dataclasses.replace(
                 cached.response,
                 fetch_ms=fetched.fetch_ms,
@@ -200,7 +220,16 @@ class CrawlHandler:
 
     def _retry(self, body: bytes, task: CrawlTask, failed: Progress, exc: TaskError) -> Outcome:
         delay_ms = self.topology.delay_ms_for(self.settings.retry_delay_s(failed.attempt))
-        log.info("retrying %s in %dms after attempt %d: %s", task.url, delay_ms, failed.attempt, exc)
+        log.info(
+            "retrying %s run=%s in %dms after attempt %d: %s",
+            task.url,
+            task.run_id,
+            delay_ms,
+            failed.attempt,
+            exc,
+            extra=_context(task),
+        )
+        metrics.RETRIES.labels(exc.reason).inc()
         return Outcome.forward(
             Publication(
                 retry_exchange(self.topology.namespace),
@@ -216,6 +245,7 @@ class CrawlHandler:
         delay queue, with no attempt charged. The message is acked only once its copy is confirmed."""
         delay_ms = self.topology.delay_ms_for(later.wait_s)
         log.debug("deferring %s by %dms (%s)", task.url, delay_ms, later.reason)
+        metrics.RATE_LIMIT_DEFERRALS.labels(later.reason).inc()
         return Outcome.forward(
             Publication(
                 retry_exchange(self.topology.namespace),
@@ -240,7 +270,15 @@ class CrawlHandler:
             )
         )
 
-    def _row(self, task: CrawlTask, response: Response, page: ParsedPage, progress: Progress) -> PageRow:
+    def _row(
+        self,
+        task: CrawlTask,
+        response: Response,
+        page: ParsedPage,
+        progress: Progress,
+        profile: str | None,
+        extracted: dict[str, Any],
+    ) -> PageRow:
         return PageRow(
             run_id=task.run_id,
             url=task.url,
@@ -259,4 +297,14 @@ class CrawlHandler:
             from_cache=response.from_cache,
             fetch_ms=response.fetch_ms,
             worker_id=self.settings.worker_id,
+            not_modified=response.not_modified,
+            proxy=response.proxy,
+            content_hash=hashlib.blake2b(page.text.encode(), digest_size=16).hexdigest(),
+            profile=profile,
+            extracted=extracted,
         )
+
+
+def _context(task: CrawlTask) -> dict[str, str]:
+    """Fields JSON log lines carry for a URL (shared.cli.JsonFormatter)."""
+    return {"run_id": task.run_id, "url": task.url}

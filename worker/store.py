@@ -1,31 +1,50 @@
-"""Writing results to PostgreSQL. Every write is an idempotent upsert keyed on (run_id, url), so a
-redelivered message rewrites its row instead of adding a second one."""
+"""Writing results to PostgreSQL, in batches, with idempotent upserts keyed on (run_id, url).
+
+Handler threads hand their rows to one writer thread per worker process and wait until the
+transaction holding their row has committed; only then do they return, and only then is the
+message acked. One connection and one transaction per batch instead of one per page: a worker
+with 32 fetches in flight needs one database connection, not 32. A redelivered message rewrites
+its row (`writes` counts how often) instead of adding one.
+"""
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from shared import db
+from shared.errors import ServiceUnavailable
 from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+BATCH_ROWS = 200
+BATCH_WAIT_S = 0.02  # how long the writer waits for more rows before it commits what it has
 
 UPSERT_PAGE = """
 INSERT INTO pages (run_id, url, final_url, http_status, content_type, title, meta_description,
                    canonical_url, lang, h1, body_text, links, queue, failed_attempts, from_cache,
-                   fetch_ms, worker_id)
+                   not_modified, proxy, fetch_ms, worker_id, content_hash, profile, extracted)
 VALUES (%(run_id)s, %(url)s, %(final_url)s, %(http_status)s, %(content_type)s, %(title)s,
         %(meta_description)s, %(canonical_url)s, %(lang)s, %(h1)s, %(body_text)s, %(links)s,
-        %(queue)s, %(failed_attempts)s, %(from_cache)s, %(fetch_ms)s, %(worker_id)s)
+        %(queue)s, %(failed_attempts)s, %(from_cache)s, %(not_modified)s, %(proxy)s, %(fetch_ms)s,
+        %(worker_id)s, %(content_hash)s, %(profile)s, %(extracted)s)
 ON CONFLICT (run_id, url) DO UPDATE SET
     final_url = EXCLUDED.final_url, http_status = EXCLUDED.http_status,
     content_type = EXCLUDED.content_type, title = EXCLUDED.title,
     meta_description = EXCLUDED.meta_description, canonical_url = EXCLUDED.canonical_url,
     lang = EXCLUDED.lang, h1 = EXCLUDED.h1, body_text = EXCLUDED.body_text, links = EXCLUDED.links,
     queue = EXCLUDED.queue, failed_attempts = GREATEST(pages.failed_attempts, EXCLUDED.failed_attempts),
-    from_cache = EXCLUDED.from_cache, fetch_ms = EXCLUDED.fetch_ms, worker_id = EXCLUDED.worker_id,
+    from_cache = EXCLUDED.from_cache, not_modified = EXCLUDED.not_modified, proxy = EXCLUDED.proxy,
+    fetch_ms = EXCLUDED.fetch_ms, worker_id = EXCLUDED.worker_id,
+    content_hash = EXCLUDED.content_hash, profile = EXCLUDED.profile, extracted = EXCLUDED.extracted,
     fetched_at = now(), writes = pages.writes + 1
 """
 
@@ -57,6 +76,11 @@ class PageRow:
     from_cache: bool
     fetch_ms: int | None
     worker_id: str
+    not_modified: bool = False  # a 304 answer: the cached body was reused
+    proxy: str | None = None  # scheme://host:port it came through, never credentials
+    content_hash: str | None = None  # of the visible text, to tell unchanged pages on a recrawl
+    profile: str | None = None  # the extraction profile that applied
+    extracted: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,44 +92,125 @@ class SkipRow:
     worker_id: str
 
 
+@dataclass
+class _Pending:
+    query: str
+    params: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
 class ResultStore:
-    """One PostgreSQL connection per handler thread; each call commits before it returns."""
+    """Batched, committed writes; `save_*` return only once their row is committed."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, batch_rows: int = BATCH_ROWS, batch_wait_s: float = BATCH_WAIT_S
+    ) -> None:
         self.settings = settings
-        self._local = threading.local()
-        self._opened: list[psycopg.Connection[tuple[object, ...]]] = []
-        self._opened_lock = threading.Lock()
-
-    def close(self) -> None:
-        """Close every thread's connection; call once the handler threads have stopped."""
-        with self._opened_lock:
-            opened, self._opened = self._opened, []
-        for conn in opened:
-            conn.close()
+        self.batch_rows = batch_rows
+        self.batch_wait_s = batch_wait_s
+        self._pending: queue.Queue[_Pending | None] = queue.Queue()
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()
 
     def save_page(self, row: PageRow) -> None:
-        params = {**row.__dict__, "links": Jsonb(row.links)}
-        self._write(UPSERT_PAGE, params)
+        params = {k: _clean(v) for k, v in row.__dict__.items()}
+        params["links"] = Jsonb(params["links"])
+        params["extracted"] = Jsonb(params["extracted"])
+        self._submit(UPSERT_PAGE, params)
 
     def save_skip(self, row: SkipRow) -> None:
-        self._write(UPSERT_SKIP, dict(row.__dict__))
+        self._submit(UPSERT_SKIP, {k: _clean(v) for k, v in row.__dict__.items()})
 
-    def _write(self, query: str, params: dict[str, object]) -> None:
+    def close(self) -> None:
+        """Stop the writer once it has written what it holds; call after the handlers stopped."""
+        with self._writer_lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            self._pending.put(None)
+            writer.join(timeout=30)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _submit(self, query: str, params: dict[str, Any]) -> None:
+        self._ensure_writer()
+        pending = _Pending(query, params)
+        self._pending.put(pending)
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+
+    def _ensure_writer(self) -> None:
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_batches, name="result-writer", daemon=True)
+                self._writer.start()
+
+    def _write_batches(self) -> None:
+        while True:
+            first = self._pending.get()
+            if first is None:
+                return
+            batch = [first]
+            deadline = time.monotonic() + self.batch_wait_s
+            while len(batch) < self.batch_rows:
+                try:
+                    item = self._pending.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._pending.put(None)  # stop after this batch
+                    break
+                batch.append(item)
+            self._write(batch)
+
+    def _write(self, batch: list[_Pending]) -> None:
+        try:
+            self._commit(batch)
+        except ServiceUnavailable as exc:
+            self._finish(batch, exc)
+        except psycopg.Error:
+            # One bad row must not fail its neighbours: write them one by one.
+            for pending in batch:
+                try:
+                    self._commit([pending])
+                    self._finish([pending], None)
+                except (ServiceUnavailable, psycopg.Error) as exc:
+                    self._finish([pending], exc)
+        else:
+            self._finish(batch, None)
+
+    def _commit(self, batch: list[_Pending]) -> None:
         with db.translate(self.settings):
-            conn = self._connection()
             try:
-                with conn.transaction():
-                    conn.execute(query, params)
+                conn = self._connection()
+                with conn.transaction(), conn.cursor() as cur:
+                    for pending in batch:
+                        cur.execute(pending.query, pending.params)
             except (psycopg.OperationalError, psycopg.InterfaceError):
-                self._local.conn = None  # reconnect on the next call
+                self._conn = None  # reconnect for the next batch
                 raise
 
+    @staticmethod
+    def _finish(batch: list[_Pending], error: BaseException | None) -> None:
+        for pending in batch:
+            pending.error = error
+            pending.done.set()
+
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
-        conn: psycopg.Connection[tuple[object, ...]] | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            conn = db.connect(self.settings, autocommit=True)
-            self._local.conn = conn
-            with self._opened_lock:
-                self._opened.append(conn)
-        return conn
+        if self._conn is None or self._conn.closed:
+            self._conn = db.connect(self.settings, autocommit=True)
+        return self._conn
+
+
+def _clean(value: Any) -> Any:
+    """PostgreSQL text cannot hold NUL characters; a hostile page can."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value

@@ -3,40 +3,34 @@
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-import psycopg
 import redis
-from psycopg.types.json import Jsonb
 
-from shared import db
+from shared import metrics
+from shared.errors import TaskError
 from shared.keys import Keys
+from shared.netguard import check_url, guarded_session
 from shared.settings import Settings
 from shared.topology import build_topology
 from shared.urls import fingerprint
 from worker.cache import ResponseCache
 from worker.fetch import Fetcher, FetchResult, Validators
-from worker.handler import CacheEntry, CrawlHandler, Fetch, PageSource, Response
+from worker.handler import CacheEntry, CrawlHandler, Fetch, Response
 from worker.poison import DeliveryLimit
 from worker.politeness import LEASE_MARGIN_S, DomainGate, PolitenessConfig
+from worker.profiles import load_profiles
 from worker.proxies import Proxy, ProxyFailed, ProxyPool
 from worker.ratelimit import RateLimiter
 from worker.redis_errors import translate_redis_errors
 from worker.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
-from worker.store import UPSERT_PAGE, PageRow, ResultStore
+from worker.store import ResultStore
 
 R = TypeVar("R")
 
 GIL_SWITCH_INTERVAL_S = 0.001
-
-# Columns a page row has beyond those of store.UPSERT_PAGE (appended to shared/schema.sql).
-SET_PAGE_SOURCE = """
-UPDATE pages SET not_modified = %(not_modified)s, proxy = %(proxy)s
-WHERE run_id = %(run_id)s AND url = %(url)s
-"""
 
 
 def connect_redis(settings: Settings) -> redis.Redis:
@@ -67,7 +61,10 @@ class HttpFetch:
     """A Fetcher (one pooled HTTP session) for one handler thread, through the proxy pool if any."""
 
     def __init__(self, settings: Settings, proxies: ProxyPool | None) -> None:
-        self._fetcher = Fetcher(settings)
+        # Every connection goes to an address the SSRF guard has checked, on every redirect hop.
+        self._fetcher = Fetcher(
+            settings, session_factory=lambda: guarded_session(settings), check_url=check_url(settings)
+        )
         self._proxies = proxies
 
     def page(self, url: str, revalidate: CacheEntry | None) -> Response:
@@ -76,11 +73,18 @@ class HttpFetch:
             cached = revalidate.response
             if cached.etag or cached.last_modified:
                 validators = Validators(cached.etag, cached.last_modified)
-        return self._through(
-            lambda proxy: to_response(
-                self._fetcher.fetch(url, validators, proxy.url if proxy else None), proxy
+        started = time.monotonic()
+        try:
+            response = self._through(
+                lambda proxy: to_response(
+                    self._fetcher.fetch(url, validators, proxy.url if proxy else None), proxy
+                )
             )
-        )
+        except TaskError as exc:
+            metrics.observe_fetch(time.monotonic() - started, exc.http_status)
+            raise
+        metrics.observe_fetch(time.monotonic() - started, response.status)
+        return response
 
     def robots_txt(self, url: str) -> RobotsAnswer:
         return self._through(lambda proxy: fetch_robots(self._fetcher, url, proxy.url if proxy else None))
@@ -144,45 +148,6 @@ class RedisCache:
         self._cache.put(fingerprint(url).hex(), result)
 
 
-class PageStore(ResultStore):
-    """ResultStore, plus how each page was obtained (a 304, a proxy), in the same transaction.
-    Remembers the connections its threads opened, so that `close()` can close them all."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self._opened: list[psycopg.Connection[tuple[object, ...]]] = []
-        self._opened_lock = threading.Lock()
-
-    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
-        conn = super()._connection()
-        with self._opened_lock:
-            if not any(conn is known for known in self._opened):
-                self._opened = [known for known in self._opened if not known.closed] + [conn]
-        return conn
-
-    def close(self) -> None:
-        with self._opened_lock:
-            opened, self._opened = self._opened, []
-        for conn in opened:
-            conn.close()
-
-    def save_page(self, row: PageRow, source: PageSource | None = None) -> None:
-        if source is None:
-            super().save_page(row)
-            return
-        params = {**row.__dict__, "links": Jsonb(row.links)}
-        extra = {"run_id": row.run_id, "url": row.url, **source.__dict__}
-        with db.translate(self.settings):
-            conn = self._connection()
-            try:
-                with conn.transaction():
-                    conn.execute(UPSERT_PAGE, params)
-                    conn.execute(SET_PAGE_SOURCE, extra)
-            except (psycopg.OperationalError, psycopg.InterfaceError):
-                self._local.conn = None  # reconnect on the next call
-                raise
-
-
 def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
     # A request is on time only if its thread gets the GIL soon after sleeping until its slot.
     # With the default 5 ms switch interval, that can take 5 ms for each busy thread (parsing,
@@ -211,6 +176,7 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         cache=RedisCache(cache, settings.cache_fresh_s),
         gate=gate,
         robots=robots,
-        store=PageStore(settings),
+        store=ResultStore(settings),
+        profiles=load_profiles(settings.extraction_profiles_file),
         delivery_limit=DeliveryLimit(client, keys, settings.crawl_namespace, settings.worker_id),
     )

@@ -28,7 +28,8 @@ from shared.messages import CrawlTask
 from shared.settings import Settings
 from shared.topology import dead_letter_exchange
 from worker.ratelimit import RateLimiter, Reservation
-from worker.wiring import PageStore, build_handler
+from worker.store import ResultStore
+from worker.wiring import build_handler
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +85,7 @@ def crawl_in_threads(
         thread.start()
     for thread in pool:
         thread.join()
-    assert isinstance(handler.store, PageStore)
+    assert isinstance(handler.store, ResultStore)
     handler.store.close()
     client.close()
     return report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 
@@ -78,3 +79,32 @@ def test_a_skip_twice_is_one_row(settings: Settings, store: ResultStore) -> None
     for _ in range(2):
         store.save_skip(SkipRow("r1", "http://a.test/private", "robots", "Disallow: /private", "w1"))
     assert count(settings, "SELECT count(*) FROM skips") == 1
+
+
+def test_one_bad_row_does_not_fail_the_rows_batched_with_it(settings: Settings) -> None:
+    db.ensure_schema(settings)
+    store = ResultStore(settings, batch_wait_s=0.3)  # long enough for all four to share a batch
+    errors: list[BaseException] = []
+
+    def save(row: PageRow) -> None:
+        try:
+            store.save_page(row)
+        except Exception as exc:
+            errors.append(exc)
+
+    rows = [page(f"http://a.test/{i}", f"t{i}") for i in range(3)]
+    bad = dataclasses.replace(page("http://a.test/bad", "bad"), http_status=2**40)  # integer out of range
+    threads = [threading.Thread(target=save, args=(row,)) for row in [*rows, bad]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    store.close()
+    assert len(errors) == 1
+    assert count(settings, "SELECT count(*) FROM pages") == 3
+
+
+def test_nul_characters_from_hostile_pages_are_dropped(settings: Settings, store: ResultStore) -> None:
+    store.save_page(dataclasses.replace(page("http://a.test/nul", "a\x00b"), links=["http://a.test/\x00"]))
+    with db.connect(settings, autocommit=True) as conn:
+        assert conn.execute("SELECT title, links->>0 FROM pages").fetchone() == ("ab", "http://a.test/")

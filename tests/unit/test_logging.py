@@ -143,7 +143,8 @@ def test_configure_logging_text_keeps_the_plain_line() -> None:
     done = configured_process("text")
 
     [line] = done.stderr.splitlines()
-    assert line.endswith(" INFO producer producer.pipeline: enqueued 5")
+    # The worker id names the process on text lines too.
+    assert line.endswith(" INFO producer[w-1] producer.pipeline: enqueued 5")
 
 
 def test_an_unknown_format_is_a_config_error() -> None:

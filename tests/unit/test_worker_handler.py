@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shared.consumer import Delivery, Outcome
-from shared.errors import PermanentError, TransientError
+from shared.errors import BlockedAddress, PermanentError, TransientError
 from shared.messages import ATTEMPT_HEADER, REASON_HEADER, CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import build_topology
-from worker.handler import CacheEntry, CrawlHandler, PageSource, Response
+from worker.handler import CacheEntry, CrawlHandler, Response
 from worker.politeness import RATE_HEADROOM, DomainGate, PolitenessConfig, Reservation, Throttled, TryLater
+from worker.profiles import load_profiles
 from worker.robots import Robots, RobotsAnswer
 from worker.store import PageRow, SkipRow
 
@@ -139,12 +141,10 @@ class FakeRobotsStore:
 class FakeStore:
     def __init__(self) -> None:
         self.rows: list[PageRow] = []
-        self.sources: list[PageSource] = []
         self.skips: list[SkipRow] = []
 
-    def save_page(self, row: PageRow, source: PageSource) -> None:
+    def save_page(self, row: PageRow) -> None:
         self.rows.append(row)
-        self.sources.append(source)
 
     def save_skip(self, row: SkipRow) -> None:
         self.skips.append(row)
@@ -219,7 +219,7 @@ def test_success_stores_one_row_and_acks() -> None:
     assert (row.url, row.run_id, row.title, row.h1, row.lang) == ("http://a.test/p", "r1", "T", "H", "en")
     assert row.links == ["http://a.test/x"]
     assert row.failed_attempts == 0 and row.from_cache is False
-    assert rig.store.sources == [PageSource(not_modified=False, proxy=None)]
+    assert (rig.store.rows[0].not_modified, rig.store.rows[0].proxy) == (False, None)
 
 
 def test_transient_failure_goes_to_the_first_delay_queue_with_attempt_one() -> None:
@@ -407,7 +407,7 @@ def test_stale_entry_is_revalidated_and_a_304_reuses_the_cached_body() -> None:
     assert rig.fetch.revalidated == [stale]
     row = rig.store.rows[0]
     assert (row.title, row.http_status, row.from_cache, row.fetch_ms) == ("T", 200, True, 5)
-    assert rig.store.sources == [PageSource(not_modified=True, proxy="http://127.0.0.1:9")]
+    assert (rig.store.rows[0].not_modified, rig.store.rows[0].proxy) == (True, "http://127.0.0.1:9")
     assert [(r.status, r.body, r.etag) for r in rig.cache.puts] == [(200, HTML, '"v1"')]  # fresh again
 
 
@@ -416,7 +416,7 @@ def test_changed_page_replaces_the_cache_entry() -> None:
     changed = ok_response(etag='"v2"', body=HTML.replace(b"<h1>H</h1>", b"<h1>New</h1>"))
     rig = make(FakeFetch([changed]), cache=FakeCache(hit=stale))
     rig.handler(delivery())
-    assert rig.store.rows[0].h1 == "New" and rig.store.sources[0].not_modified is False
+    assert rig.store.rows[0].h1 == "New" and rig.store.rows[0].not_modified is False
     assert [r.etag for r in rig.cache.puts] == ['"v2"']
 
 
@@ -424,3 +424,34 @@ def test_a_304_without_a_cache_entry_is_a_permanent_error() -> None:
     rig = make(FakeFetch([Response("http://a.test/p", 304, "", b"", 5, False, not_modified=True)]))
     _, _, headers = only_publication(rig.handler(delivery()))
     assert headers[REASON_HEADER] == "http_304"
+
+
+def test_a_blocked_address_is_a_skip_with_its_reason_not_a_failure() -> None:
+    rig = make(FakeFetch([BlockedAddress("http://a.test/p resolves to 10.0.0.7 (private)")]))
+    assert rig.handler(delivery()) == Outcome.done()
+    assert [(s.url, s.reason) for s in rig.store.skips] == [("http://a.test/p", "blocked_address")]
+    assert "10.0.0.7" in rig.store.skips[0].detail
+    assert rig.store.rows == []
+
+
+def test_an_extraction_profile_fills_extracted_and_others_pay_nothing(tmp_path: Path) -> None:
+    profile_file = tmp_path / "profiles.toml"
+    profile_file.write_text(
+        '[[profile]]\nname = "news"\nurl_pattern = "/news/"\n[profile.fields]\nh = "h1"\n'
+    )
+    rig = make(FakeFetch([ok_response("http://a.test/news/1"), ok_response()]))
+    rig.handler.profiles = load_profiles(str(profile_file))
+    rig.handler(delivery(url="http://a.test/news/1"))
+    rig.handler(delivery())
+    news, other = rig.store.rows
+    assert (news.profile, news.extracted) == ("news", {"h": "H"})
+    assert (other.profile, other.extracted) == (None, {})
+
+
+def test_the_content_hash_depends_on_the_visible_text_only() -> None:
+    same_text = HTML.replace(b"<title>T</title>", b"<title>T</title><script>var x = 1;</script>")
+    rig = make(FakeFetch([ok_response(), ok_response(body=same_text), ok_response(body=b"<p>other</p>")]))
+    for _ in range(3):
+        rig.handler(delivery())
+    first, second, third = (row.content_hash for row in rig.store.rows)
+    assert first == second != third
