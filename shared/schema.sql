@@ -65,3 +65,6 @@ ALTER TABLE pages ADD COLUMN IF NOT EXISTS proxy text;
 ALTER TABLE pages ADD COLUMN IF NOT EXISTS content_hash text;
 ALTER TABLE pages ADD COLUMN IF NOT EXISTS profile text;
 ALTER TABLE pages ADD COLUMN IF NOT EXISTS extracted jsonb NOT NULL DEFAULT '{}';
+
+-- The status view asks for pages stored in the last minute, on every refresh.
+CREATE INDEX IF NOT EXISTS pages_fetched_at ON pages (fetched_at);
