@@ -3,13 +3,13 @@ Redis prefix, PostgreSQL schema) so that tests never see each other's queues, ke
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from shared.settings import Settings
+from shared.teardown import remove_pipeline
 
 
 def unique_name(prefix: str = "t") -> str:
@@ -37,31 +37,4 @@ def settings() -> Iterator[Settings]:
 
 def cleanup(settings: Settings) -> None:
     """Delete the queues, exchanges, keys and schema made under these settings' names."""
-    with contextlib.suppress(Exception):
-        from shared import broker
-        from shared.topology import build_topology
-
-        topology = build_topology(settings)
-        connection = broker.connect(settings, "test-cleanup")
-        channel = connection.channel()
-        for queue in topology.queues:
-            channel.queue_delete(queue.name)
-        for exchange in topology.exchanges:
-            channel.exchange_delete(exchange.name)
-        connection.close()
-    with contextlib.suppress(Exception):
-        import redis
-
-        client = redis.Redis.from_url(settings.redis_url)
-        keys = list(client.scan_iter(f"{settings.redis_prefix}:*", count=1000))
-        for start in range(0, len(keys), 500):
-            client.delete(*keys[start : start + 500])
-        client.close()
-    with contextlib.suppress(Exception):
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(settings.pg_schema))
-            )
+    remove_pipeline(settings)
