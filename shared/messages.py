@@ -42,6 +42,7 @@ class CrawlTask:
     sitemap_priority: float | None = None
     source: str = ""  # the sitemap or file it came from
     enqueued_at: float = field(default_factory=time.time)
+    recrawl_of: str | None = None  # the earlier run this recrawl compares its pages with
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

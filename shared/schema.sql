@@ -68,3 +68,6 @@ ALTER TABLE pages ADD COLUMN IF NOT EXISTS extracted jsonb NOT NULL DEFAULT '{}'
 
 -- The status view asks for pages stored in the last minute, on every refresh.
 CREATE INDEX IF NOT EXISTS pages_fetched_at ON pages (fetched_at);
+
+-- On a recrawl (--recrawl-of), whether a page's visible text matches the earlier run's.
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS unchanged boolean;

@@ -302,6 +302,7 @@ class CrawlHandler:
             content_hash=hashlib.blake2b(page.text.encode(), digest_size=16).hexdigest(),
             profile=profile,
             extracted=extracted,
+            previous_run=task.recrawl_of,
         )
 
 

@@ -31,11 +31,15 @@ BATCH_WAIT_S = 0.02  # how long the writer waits for more rows before it commits
 UPSERT_PAGE = """
 INSERT INTO pages (run_id, url, final_url, http_status, content_type, title, meta_description,
                    canonical_url, lang, h1, body_text, links, queue, failed_attempts, from_cache,
-                   not_modified, proxy, fetch_ms, worker_id, content_hash, profile, extracted)
+                   not_modified, proxy, fetch_ms, worker_id, content_hash, profile, extracted,
+                   unchanged)
 VALUES (%(run_id)s, %(url)s, %(final_url)s, %(http_status)s, %(content_type)s, %(title)s,
         %(meta_description)s, %(canonical_url)s, %(lang)s, %(h1)s, %(body_text)s, %(links)s,
         %(queue)s, %(failed_attempts)s, %(from_cache)s, %(not_modified)s, %(proxy)s, %(fetch_ms)s,
-        %(worker_id)s, %(content_hash)s, %(profile)s, %(extracted)s)
+        %(worker_id)s, %(content_hash)s, %(profile)s, %(extracted)s,
+        -- On a recrawl: does the text match the earlier run's? NULL when there is nothing to compare.
+        (SELECT earlier.content_hash = %(content_hash)s FROM pages AS earlier
+         WHERE earlier.run_id = %(previous_run)s AND earlier.url = %(url)s))
 ON CONFLICT (run_id, url) DO UPDATE SET
     final_url = EXCLUDED.final_url, http_status = EXCLUDED.http_status,
     content_type = EXCLUDED.content_type, title = EXCLUDED.title,
@@ -45,6 +49,7 @@ ON CONFLICT (run_id, url) DO UPDATE SET
     from_cache = EXCLUDED.from_cache, not_modified = EXCLUDED.not_modified, proxy = EXCLUDED.proxy,
     fetch_ms = EXCLUDED.fetch_ms, worker_id = EXCLUDED.worker_id,
     content_hash = EXCLUDED.content_hash, profile = EXCLUDED.profile, extracted = EXCLUDED.extracted,
+    unchanged = EXCLUDED.unchanged,
     fetched_at = now(), writes = pages.writes + 1
 """
 
@@ -81,6 +86,7 @@ class PageRow:
     content_hash: str | None = None  # of the visible text, to tell unchanged pages on a recrawl
     profile: str | None = None  # the extraction profile that applied
     extracted: dict[str, Any] = field(default_factory=dict)
+    previous_run: str | None = None  # on a recrawl, the run to compare content_hash with
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,19 @@ def test_nul_characters_from_hostile_pages_are_dropped(settings: Settings, store
     store.save_page(dataclasses.replace(page("http://a.test/nul", "a\x00b"), links=["http://a.test/\x00"]))
     with db.connect(settings, autocommit=True) as conn:
         assert conn.execute("SELECT title, links->>0 FROM pages").fetchone() == ("ab", "http://a.test/")
+
+
+def test_a_recrawled_page_says_whether_its_text_changed(settings: Settings, store: ResultStore) -> None:
+    base = page("http://a.test/1", "t")
+    store.save_page(dataclasses.replace(base, run_id="first", content_hash="aaa"))
+    store.save_page(dataclasses.replace(page("http://a.test/2", "t"), run_id="first", content_hash="bbb"))
+    store.save_page(dataclasses.replace(base, run_id="again", content_hash="aaa", previous_run="first"))
+    store.save_page(
+        dataclasses.replace(
+            page("http://a.test/2", "t"), run_id="again", content_hash="ccc", previous_run="first"
+        )
+    )
+    store.save_page(dataclasses.replace(page("http://a.test/3", "t"), run_id="again", previous_run="first"))
+    with db.connect(settings, autocommit=True) as conn:
+        found = dict(conn.execute("SELECT url, unchanged FROM pages WHERE run_id = 'again'").fetchall())
+    assert found == {"http://a.test/1": True, "http://a.test/2": False, "http://a.test/3": None}
