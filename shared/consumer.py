@@ -33,6 +33,9 @@ from shared.topology import build_topology
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 15.0
+# A stopping service waits at most this long for in-flight messages; the rest go back to their
+# queue. Keeps the whole stop under the 30 s that supervisors usually allow before SIGKILL.
+MAX_DRAIN_S = 25.0
 RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONNECTION_ERRORS)
 POLL_S = 0.25
 
@@ -157,7 +160,12 @@ class ConsumerRuntime:
 
     def _connect(self) -> None:
         connection = broker.connect(self.settings, f"{self.name} {self.settings.worker_id}")
-        broker.declare_topology(connection, build_topology(self.settings))
+        try:
+            broker.declare_topology(connection, build_topology(self.settings))
+        except BaseException:
+            with contextlib.suppress(*broker.CONNECTION_ERRORS):
+                connection.close()
+            raise
         channel = connection.channel()
         # Twice the handler threads per consumer: the local buffer refills while handlers work,
         # so a priority message is always waiting there before a bulk one is picked.
@@ -224,7 +232,7 @@ class ConsumerRuntime:
         """Stop taking messages; let in-flight ones finish (bounded); unstarted ones go back."""
         for consumer_tag in list(self._channel.consumer_tags):
             self._channel.basic_cancel(consumer_tag)
-        deadline = time.monotonic() + self.settings.fetch_deadline_s + 5
+        deadline = time.monotonic() + min(self.settings.fetch_deadline_s + 5, MAX_DRAIN_S)
         while self._unsettled and time.monotonic() < deadline:
             self._connection.process_data_events(time_limit=POLL_S)
         if self._unsettled:

@@ -25,7 +25,14 @@ from bs4 import BeautifulSoup
 from shared import metrics
 from shared.broker import Publication
 from shared.consumer import Delivery, Outcome
-from shared.errors import BlockedAddress, DecodeError, PermanentError, TaskError, TransientError
+from shared.errors import (
+    BlockedAddress,
+    DecodeError,
+    PermanentError,
+    ServiceUnavailable,
+    TaskError,
+    TransientError,
+)
 from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import Topology, dead_letter_exchange, delay_routing_key, retry_exchange
@@ -40,6 +47,8 @@ from worker.store import PageRow, SkipRow
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+SAVE_PATIENCE_S = 120.0  # then the consumer loop pauses and runs the handler again
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,7 @@ class CrawlHandler:
     robots: Robots
     store: Store
     clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
     delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
 
@@ -144,7 +154,7 @@ class CrawlHandler:
         html = decode_html(response.body, response.content_type)
         page = parse_page(html, response.final_url)
         profile, extracted = self._extract(task.url, html)
-        self.store.save_page(self._row(task, response, page, progress, profile, extracted))
+        self._save_patiently(self._row(task, response, page, progress, profile, extracted))
         metrics.PAGES_STORED.labels(task.queue).inc()
         log.info(
             "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
@@ -157,6 +167,22 @@ class CrawlHandler:
             extra=_context(task),
         )
         return Outcome.done()
+
+    def _save_patiently(self, row: PageRow) -> None:
+        """Keep the fetched page through a short database outage instead of fetching it again:
+        the consumer loop's pause would run the whole handler, request included, once more."""
+        waited_s, backoff_s = 0.0, 1.0
+        while True:
+            try:
+                self.store.save_page(row)
+                return
+            except ServiceUnavailable as exc:
+                if waited_s >= SAVE_PATIENCE_S:
+                    raise
+                log.warning("cannot store %s yet (%s); trying again in %.0fs", row.url, exc, backoff_s)
+                self.sleep(backoff_s)
+                waited_s += backoff_s
+                backoff_s = min(backoff_s * 2, 15.0)
 
     def _skip(self, task: CrawlTask, reason: str, detail: str) -> Outcome:
         self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))

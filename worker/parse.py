@@ -81,9 +81,18 @@ def _codec(label: str | None) -> str | None:
     if label in _WINDOWS_1252_LABELS:
         return "cp1252"
     try:
-        return codecs.lookup(label).name
+        info = codecs.lookup(label)
     except LookupError:
         return None
+    # Python also has bytes-to-bytes "codecs" (base64, hex, zlib, ...) and some that refuse
+    # the "replace" error handler (idna): a page that names one as its charset must not reach them.
+    if not getattr(info, "_is_text_encoding", True):
+        return None
+    try:
+        b"<html>".decode(info.name, errors="replace")
+    except (UnicodeError, LookupError, TypeError, ValueError):
+        return None
+    return info.name
 
 
 def parse_page(

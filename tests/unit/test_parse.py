@@ -164,3 +164,10 @@ def test_decode_html_treats_latin1_labels_as_windows_1252() -> None:
 def test_decode_html_survives_bad_bytes_and_unknown_charsets() -> None:
     assert decode_html(b"ok \xff\xfe end", "text/html; charset=no-such-codec") == "ok \ufffd\ufffd end"
     assert decode_html(b"ok \xff", None) == "ok \ufffd"
+
+
+@pytest.mark.parametrize("label", ["base64", "hex", "zlib", "idna", "rot13", "uu"])
+def test_a_charset_naming_a_non_text_codec_is_ignored(label: str) -> None:
+    body = b"<html><head><title>caf\xc3\xa9</title></head></html>"
+    assert "café" in decode_html(body, f"text/html; charset={label}")
+    assert "café" in decode_html(body.replace(b"<head>", f'<head><meta charset="{label}">'.encode()))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from shared.consumer import Delivery, Outcome
-from shared.errors import BlockedAddress, PermanentError, TransientError
+from shared.errors import BlockedAddress, PermanentError, ServiceUnavailable, TransientError
 from shared.messages import ATTEMPT_HEADER, REASON_HEADER, CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import build_topology
@@ -455,3 +455,21 @@ def test_the_content_hash_depends_on_the_visible_text_only() -> None:
         rig.handler(delivery())
     first, second, third = (row.content_hash for row in rig.store.rows)
     assert first == second != third
+
+
+def test_a_database_outage_keeps_the_fetched_page_instead_of_fetching_again() -> None:
+    rig = make(FakeFetch([ok_response()]))
+    failures = [ServiceUnavailable("PostgreSQL", "db", "down")] * 3
+    saved = rig.store.save_page
+    slept: list[float] = []
+
+    def flaky_save(row: PageRow) -> None:
+        if failures:
+            raise failures.pop()
+        saved(row)
+
+    rig.store.save_page = flaky_save  # type: ignore[method-assign]
+    rig.handler.sleep = slept.append
+    assert rig.handler(delivery()) == Outcome.done()
+    assert len(rig.fetch.urls) == 1 and len(rig.store.rows) == 1
+    assert slept == [1.0, 2.0, 4.0]
