@@ -54,6 +54,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument(
         "--routing", default="", metavar="FILE", help="routing rules (TOML); overrides ROUTING_FILE"
     )
+    parser.add_argument(
+        "--recrawl-of",
+        default="",
+        metavar="RUN_ID",
+        help="an earlier run of the same site: URLs whose <lastmod> (or <changefreq>) says they "
+        "have not changed since that run fetched them are not published again",
+    )
     args = parser.parse_args(argv)
     return Options(
         run_id=args.run_id or new_run_id(),
@@ -61,6 +68,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         sites=tuple(args.site),
         url_files=tuple(args.urls),
         routing_file=args.routing,
+        recrawl_of=args.recrawl_of,
     )
 
 

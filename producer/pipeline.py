@@ -6,17 +6,26 @@
 
 Several batches are in flight at once, so reading and claiming the next batch overlaps with
 the broker confirming the previous ones. Dedup, the publisher and the clock are injected.
+
+When RabbitMQ or Redis goes away (a restart, a lost connection), nothing is given up at once:
+each call that needs them is tried again with a growing pause for up to `patience_s`, and
+batches that were not confirmed are published again on the new connection. Only a refusal by
+the broker (a nack, an unroutable message) uses up one of the PUBLISH_ATTEMPTS. A stop request
+(`should_stop`) ends reading between two URLs; what is in flight is still settled.
 """
 
 from __future__ import annotations
 
 import collections
+import datetime
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from producer.recrawl import is_due
 from producer.routing import Router
 from producer.sitemaps import SitemapEntry
 from shared.broker import Publication
@@ -27,8 +36,15 @@ from shared.urls import InvalidURL, canonicalize, fingerprint
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 PUBLISH_ATTEMPTS = 3  # the first try and two retries
 RETRY_PAUSE_S = 1.0
+# How long to wait for an unreachable RabbitMQ or Redis before giving up. Kept under the dedup
+# claim's lease (producer.dedup.DEFAULT_LEASE_S), so that no other producer can claim a URL
+# while this one still means to publish it.
+RECONNECT_PATIENCE_S = 240.0
+MAX_RECONNECT_PAUSE_S = 15.0
 BATCHES_IN_FLIGHT = 4
 PROGRESS_EVERY_URLS = 10_000
 
@@ -42,6 +58,12 @@ class DedupStore(Protocol):
     def claim(self, fingerprints: Sequence[bytes]) -> ClaimResult: ...
     def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None: ...
     def release(self, fingerprints: Sequence[bytes], token: bytes) -> int: ...
+
+
+class PreviousFetches(Protocol):
+    run_id: str
+
+    def fetched_at(self, urls: Sequence[str]) -> dict[str, datetime.datetime]: ...
 
 
 class Outcomes(Protocol):
@@ -60,6 +82,8 @@ class Counts:
     duplicates: int = 0
     invalid: collections.Counter[str] = field(default_factory=collections.Counter)
     publish_failed: int = 0
+    stopped_early: bool = False  # a stop was requested before every input was read
+    not_due: int = 0  # recrawls: unchanged since the earlier run fetched them, not published
 
     @property
     def enqueued_total(self) -> int:
@@ -94,7 +118,10 @@ class Pipeline:
         dedup: DedupStore,
         publisher: Publisher,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] = time.sleep,  # its return value is ignored
+        should_stop: Callable[[], bool] = lambda: False,
+        patience_s: float = RECONNECT_PATIENCE_S,
+        previous_run: PreviousFetches | None = None,
     ) -> None:
         self.run_id = run_id
         self.counts = Counts()
@@ -105,6 +132,10 @@ class Pipeline:
         self._publisher = publisher
         self._clock = clock
         self._sleep = sleep
+        self._should_stop = should_stop
+        self._patience_s = patience_s
+        self._previous_run = previous_run
+        self._gave_up = False  # patience ran out once: later calls fail at once
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._invalid_unreported = 0
 
@@ -112,6 +143,10 @@ class Pipeline:
         batch: list[_Candidate] = []
         try:
             for entry in entries:
+                if self._should_stop():
+                    self.counts.stopped_early = True
+                    log.warning("stop requested: no more URLs read; settling what is in flight")
+                    break
                 self._take(entry, batch)
                 if len(batch) >= self._batch_size:
                     self._send(batch)
@@ -142,14 +177,18 @@ class Pipeline:
         batch.append(_Candidate(entry, canonical, fingerprint(canonical)))
 
     def _send(self, batch: list[_Candidate]) -> None:
-        claim = self._dedup.claim([c.fingerprint for c in batch])
+        if self._previous_run is not None:
+            batch = self._due_again(batch, self._previous_run)
+            if not batch:
+                return
+        claim = self._patiently("claiming URLs", lambda: self._dedup.claim([c.fingerprint for c in batch]))
         new = [c for c, is_new in zip(batch, claim.is_new, strict=True) if is_new]
         now = self._clock()
         tasks = [self._task(c, now) for c in new]
         publications = [self._publication(task) for task in tasks]
         fingerprints = [c.fingerprint for c in new]
         try:
-            outcomes = self._publisher.submit(publications)
+            outcomes = self._patiently("publishing", lambda: self._publisher.submit(publications))
         except ServiceUnavailable:
             self._dedup.release(fingerprints, claim.token)  # nothing was sent: give them back
             raise
@@ -167,6 +206,15 @@ class Pipeline:
         while len(self._in_flight) >= BATCHES_IN_FLIGHT:
             self._complete(self._in_flight.popleft())
 
+    def _due_again(self, batch: list[_Candidate], previous: PreviousFetches) -> list[_Candidate]:
+        fetched = self._patiently(
+            "reading the earlier run", lambda: previous.fetched_at([c.canonical for c in batch])
+        )
+        now = datetime.datetime.fromtimestamp(self._clock(), datetime.UTC)
+        due = [c for c in batch if is_due(c.entry.lastmod, c.entry.changefreq, fetched.get(c.canonical), now)]
+        self.counts.not_due += len(batch) - len(due)
+        return due
+
     def _task(self, candidate: _Candidate, now: float) -> CrawlTask:
         entry = candidate.entry
         route = self._router.route(candidate.canonical, entry.priority, entry.lastmod, now)
@@ -180,6 +228,7 @@ class Pipeline:
             sitemap_priority=entry.priority,
             source=entry.source,
             enqueued_at=now,
+            recrawl_of=self._previous_run.run_id if self._previous_run is not None else None,
         )
 
     def _publication(self, task: CrawlTask) -> Publication:
@@ -201,8 +250,11 @@ class Pipeline:
                 "%d publishes not confirmed: attempt %d of %d", len(failed), attempt, PUBLISH_ATTEMPTS
             )
             self._sleep(RETRY_PAUSE_S)
+            again = [item.publications[i] for i in failed]
             try:
-                retried = self._publisher.publish_batch([item.publications[i] for i in failed])
+                retried = self._patiently(
+                    "re-publishing", functools.partial(self._publisher.publish_batch, again)
+                )
             except ServiceUnavailable as exc:
                 log.error("cannot retry publishes: %s", exc)
                 break
@@ -216,9 +268,11 @@ class Pipeline:
             added[item.tasks[i].queue] += 1
         counters = {f"enqueued.{kind}": n for kind, n in added.items()}
         counters.update(duplicates=item.duplicates, invalid=item.invalid)
-        self._dedup.confirm([item.fingerprints[i] for i in confirmed], counters)
+        confirmed_fps = [item.fingerprints[i] for i in confirmed]
+        self._patiently("marking URLs seen", lambda: self._dedup.confirm(confirmed_fps, counters))
         if failed:
-            self._dedup.release([item.fingerprints[i] for i in sorted(failed)], item.token)
+            failed_fps = [item.fingerprints[i] for i in sorted(failed)]
+            self._patiently("un-marking URLs", lambda: self._dedup.release(failed_fps, item.token))
             self.counts.publish_failed += len(failed)
             log.error(
                 "gave up on %d URLs after %d publish attempts (un-marked, a re-run with "
@@ -230,6 +284,22 @@ class Pipeline:
         for kind, n in added.items():
             self.counts.enqueued[kind] += n
         self.counts.duplicates += item.duplicates
+
+    def _patiently(self, what: str, call: Callable[[], T]) -> T:
+        """`call()`, tried again with a growing pause while RabbitMQ or Redis is unreachable.
+        Raises its ServiceUnavailable once patience runs out, or at once after a stop request."""
+        deadline = self._clock() + self._patience_s
+        pause = RETRY_PAUSE_S
+        while True:
+            try:
+                return call()
+            except ServiceUnavailable as exc:
+                if self._gave_up or self._should_stop() or self._clock() + pause > deadline:
+                    self._gave_up = True
+                    raise
+                log.warning("%s: %s; trying again in %.0f s", what, exc, pause)
+                self._sleep(pause)
+                pause = min(pause * 2, MAX_RECONNECT_PAUSE_S)
 
     def _log_progress(self, what: str) -> None:
         counts = self.counts

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 30.0
 CONFIRM_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 10.0
+WAIT_SLICE_S = 0.25  # how often a waiting caller checks that the connection is still there
 
 
 class PendingBatch:
@@ -61,10 +63,18 @@ class PendingBatch:
                 self.resolve(index, False)
 
     def wait(self) -> list[bool]:
-        if not self._done.wait(self._timeout_s) and self._link is not None:
-            log.warning("no confirm for %d messages in %.0f s", self._unresolved, self._timeout_s)
-            self._link.call_soon(self.fail_unresolved)  # resolved on the I/O thread, no race
-            self._done.wait(CLOSE_TIMEOUT_S)
+        deadline = time.monotonic() + self._timeout_s
+        while not self._done.wait(WAIT_SLICE_S) and self._link is not None:
+            if not self._link.running:
+                # The connection and its I/O thread are gone, perhaps before this batch was even
+                # sent: nothing will resolve it now, and nothing else touches it, so fail the rest
+                # here rather than wait out the confirm timeout.
+                self.fail_unresolved()
+            elif time.monotonic() >= deadline:
+                log.warning("no confirm for %d messages in %.0f s", self._unresolved, self._timeout_s)
+                self._link.call_soon(self.fail_unresolved)  # resolved on the I/O thread, no race
+                self._done.wait(CLOSE_TIMEOUT_S)
+                break
         # Reading after the event is safe; if the I/O thread is wedged, unresolved = failed.
         return [outcome is True for outcome in list(self.results)]
 
@@ -109,7 +119,8 @@ class ConfirmingPublisher:
 
     def _ensure_link(self) -> _Link:
         if self._link is not None and not self._link.usable:
-            log.warning("publisher connection lost (%s): reconnecting", self._link.close_reason)
+            if self._link.close_reason:  # it was open, then lost; a link that never opened says nothing
+                log.warning("publisher connection lost (%s): reconnecting", self._link.close_reason)
             self._link.stop()
             self._link = None
         if self._link is None:
@@ -152,6 +163,11 @@ class _Link:
             error = self._open_error or ConnectionError(self.close_reason or "connection refused")
             raise unavailable(self._settings, error)
 
+    @property
+    def running(self) -> bool:
+        """The I/O thread is alive: it may still resolve what it was given."""
+        return self._thread.is_alive()
+
     def call_soon(self, callback: Any) -> None:
         """Run `callback` on the I/O thread (the one pika call that is thread-safe)."""
         try:
@@ -190,7 +206,11 @@ class _Link:
         connection.channel(on_open_callback=self._on_channel_open)
 
     def _on_open_error(self, connection: Any, error: BaseException) -> None:
-        self._open_error = error
+        # pika wraps the socket's error (e.g. connection refused) two layers deep, in a workflow
+        # error that says nothing by itself: keep the last attempt's own error for the message.
+        workflow = next((a for a in error.args if isinstance(a, BaseException)), error)
+        attempts = getattr(workflow, "exceptions", None) or [error]
+        self._open_error = getattr(attempts[-1], "exception", None) or attempts[-1]
         connection.ioloop.stop()
 
     def _on_channel_open(self, channel: Any) -> None:

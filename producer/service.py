@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import re
 import secrets
+import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.dedup import Dedup, connect_redis, redis_errors
+from producer.dedup import Claim, Dedup, connect_redis, redis_errors
 from producer.fetch import Fetch, HttpFetcher
 from producer.pipeline import Counts, Pipeline
 from producer.publisher import ConfirmingPublisher
+from producer.recrawl import PreviousRun
 from producer.routing import load_router
 from producer.sitemaps import SitemapReader
 from producer.sources import all_entries, check_url_files
@@ -47,6 +51,7 @@ class Options:
     sites: Sequence[str] = ()
     url_files: Sequence[str] = ()
     routing_file: str = ""  # overrides Settings.routing_file
+    recrawl_of: str = ""  # an earlier run: publish only what changed since (producer/recrawl.py)
 
 
 def check_options(options: Options) -> None:
@@ -78,6 +83,8 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
 
     client = connect_redis(settings)
     fetcher = HttpFetcher(settings)
+    stop = threading.Event()
+    previous_run = PreviousRun(settings, options.recrawl_of) if options.recrawl_of else None
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
     try:
         with redis_errors(settings), ConfirmingPublisher(settings) as publisher:
@@ -88,14 +95,67 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
                 settings.crawl_namespace,
                 settings.publish_batch_size,
                 router,
-                Dedup(client, Keys(settings.redis_prefix), options.run_id),
+                DedupOverRedis(Dedup(client, Keys(settings.redis_prefix), options.run_id), settings),
                 publisher,
+                sleep=stop.wait,  # a stop request cuts a pause short
+                should_stop=stop.is_set,
+                previous_run=previous_run,
             )
-            counts = pipeline.run(all_entries(reader, options.sitemaps, options.sites, options.url_files))
+            with stop_on_sigterm(stop):
+                counts = pipeline.run(all_entries(reader, options.sitemaps, options.sites, options.url_files))
+        if counts.stopped_early:
+            log.warning(
+                "run %s stopped before every input was read; run again with --run-id %s to finish it",
+                options.run_id,
+                options.run_id,
+            )
     finally:
         fetcher.close()
         client.close()
+        if previous_run is not None:
+            previous_run.close()
     return summary(options.run_id, counts, reader, time.monotonic() - started)
+
+
+class DedupOverRedis:
+    """Dedup whose lost Redis connection arrives as ServiceUnavailable at each call, where the
+    pipeline can wait for Redis to come back, instead of ending the whole run."""
+
+    def __init__(self, dedup: Dedup, settings: Settings) -> None:
+        self._dedup = dedup
+        self._settings = settings
+
+    def claim(self, fingerprints: Sequence[bytes]) -> Claim:
+        with redis_errors(self._settings):
+            return self._dedup.claim(fingerprints)
+
+    def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None:
+        with redis_errors(self._settings):
+            self._dedup.confirm(fingerprints, counters)
+
+    def release(self, fingerprints: Sequence[bytes], token: bytes) -> int:
+        with redis_errors(self._settings):
+            return self._dedup.release(fingerprints, token)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(stop: threading.Event) -> Iterator[None]:
+    """While inside, SIGTERM sets `stop` instead of killing the process: the pipeline then stops
+    reading and settles its batches (confirmed URLs marked seen, the others released), so no
+    URL is left claimed but unpublished until its lease runs out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.warning("got signal %d: stopping after the batches in flight", signum)
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def summary(run_id: str, counts: Counts, reader: SitemapReader, elapsed_s: float) -> dict[str, Any]:
@@ -105,8 +165,10 @@ def summary(run_id: str, counts: Counts, reader: SitemapReader, elapsed_s: float
         "enqueued": dict(counts.enqueued),
         "enqueued_total": counts.enqueued_total,
         "duplicates": counts.duplicates,
+        "not_due": counts.not_due,
         "invalid": dict(sorted(counts.invalid.items())),
         "publish_failed": counts.publish_failed,
+        "stopped_early": counts.stopped_early,
         "sitemaps_read": reader.sitemaps_read,
         "sitemaps_failed": [{"url": f.url, "error": f.error} for f in reader.failures],
         "elapsed_s": round(elapsed_s, 3),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -144,3 +145,37 @@ def test_a_rate_limited_domain_loses_no_url(settings: Settings, demo_site: DemoS
     a = account(settings, "e2e-slow")
     assert a.accounted == expected.unique_total
     assert a.stored == len(expected.normal) + len(expected.flaky)
+
+
+def test_a_recrawl_fetches_nothing_the_sitemap_says_is_unchanged(
+    settings: Settings, demo_site: DemoSite, tmp_path: Path
+) -> None:
+    config = demo_site.config
+    expected = config.expected()
+    code, output = crawl(settings, demo_site, "e2e-first", tmp_path, workers=2)
+    assert code == 0, output
+    before = len(demo_site.records())
+
+    out = io.StringIO()
+    code = run_crawl(
+        settings,
+        ["--sitemap", config.sitemap_index_url, "--recrawl-of", "e2e-first"],
+        2,
+        "e2e-again",
+        service_env(settings),
+        tmp_path / "again",
+        240,
+        out,
+    )
+    assert code == 0, out.getvalue()
+
+    # Due again: pages whose sitemap entry has no lastmod (the priority pages), and URLs the first
+    # run did not store (always-500 and 404). Everything else has a lastmod older than its fetch.
+    due = set(expected.priority) | set(expected.broken) | set(expected.missing)
+    again = account(settings, "e2e-again")
+    assert again.accounted == len(due)
+    assert again.stored == len(expected.priority)
+    fetched_paths = {r.path for r in demo_site.records()[before:] if r.path.endswith(".html")}
+    assert fetched_paths == {urlsplit(url).path for url in due}
+    unchanged = rows(settings, "SELECT DISTINCT unchanged FROM pages WHERE run_id = %s", "e2e-again")
+    assert unchanged == [(True,)]
