@@ -6,7 +6,7 @@ WORKERS ?= 3
 SITEMAP ?=
 RUN_ID ?=
 
-.PHONY: all install demo crawl test unit integration e2e lint typecheck up down clean
+.PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean
 
 all: lint typecheck test
 
@@ -38,6 +38,17 @@ integration: install
 
 e2e: install
 	$(PY) -m pytest -m e2e
+
+# The fault scenarios at the sizes docs/RELIABILITY.md reports (`make test` runs them small).
+# They stop and restart the local RabbitMQ, Redis and PostgreSQL: run them on a machine of your own.
+faults: install
+	FAULTS_SIZE=large $(PY) -m pytest -m faults
+
+# Our pipeline beside Scrapy on the same local sites, in one run; prints one table
+# (docs/PERFORMANCE.md). Takes about 15 minutes; needs a quiet machine.
+bench: install
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m bench.perf
 
 lint: install
 	$(PY) -m ruff check .

@@ -15,6 +15,7 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:proxy-failures:<proxy> string recent failures of a proxy (expires)
     crawl:proxy-bench:<proxy>    string present while a proxy is benched (expires)
     crawl:deliveries:<message>   string redeliveries of one message, to bound a crash loop (expires)
+    crawl:handling:<message>     string a handler has started on this message (expires)
 
 Only the keys marked (expires) expire. Dedup and run counters are state: run Redis with
 ``maxmemory-policy noeviction`` (or keep the cache in another database) so eviction never
@@ -67,6 +68,10 @@ class Keys:
 
     def proxy_bench(self, proxy: str) -> str:
         return f"{self.prefix}:proxy-bench:{proxy}"
+
+    def handling(self, message_fp: str) -> str:
+        """Set while a handler works on the message; a crash leaves it behind (expires)."""
+        return f"{self.prefix}:handling:{message_fp}"
 
     def deliveries(self, message_fp: str) -> str:
         """`message_fp` is worker.poison.message_fingerprint of the message."""

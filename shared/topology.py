@@ -25,7 +25,9 @@ from shared.settings import Settings
 MAX_MESSAGE_PRIORITY = 5
 # Rate-limit deferrals reuse the delay queues; these lengths are always declared.
 DEFERRAL_DELAYS_S = (1.0, 5.0, 30.0)
-POISON_DELIVERY_LIMIT = 5  # quorum queues only: deliveries before a crash-looping URL is dead
+# Deliveries before a crash-looping URL is dead: the broker counts them on quorum queues
+# (x-delivery-limit), the worker in Redis on classic ones (worker/poison.py).
+POISON_DELIVERY_LIMIT = 5
 
 
 def work_exchange(ns: str) -> str:
@@ -104,8 +106,15 @@ def build_topology(settings: Settings) -> Topology:
     delays_ms = tuple(sorted({int(s * 1000) for s in (*settings.retry_delays_s, *DEFERRAL_DELAYS_S)}))
 
     def replicated(args: dict[str, Any]) -> dict[str, Any]:
-        if settings.queue_type == "quorum":
-            args = {**args, "x-queue-type": "quorum"}
+        if settings.queue_type != "quorum":
+            return args
+        args = {**args, "x-queue-type": "quorum"}
+        if "x-dead-letter-exchange" in args:
+            # Quorum queues dead-letter at most once by default: a message expiring while the
+            # target's leader is being elected (after a broker restart) would be dropped. With
+            # at-least-once the broker keeps it until the target confirms; that strategy needs
+            # reject-publish overflow.
+            args.update({"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
         return args
 
     queues = [
@@ -148,7 +157,7 @@ def build_topology(settings: Settings) -> Topology:
         queues.append(
             Queue(
                 delay_queue(ns, delay),
-                {"x-message-ttl": delay, "x-dead-letter-exchange": work_exchange(ns)},
+                replicated({"x-message-ttl": delay, "x-dead-letter-exchange": work_exchange(ns)}),
                 ((retry_exchange(ns), f"d{delay}.*"),),
             )
         )

@@ -11,6 +11,7 @@ never dropped, never acked unprocessed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -123,12 +124,22 @@ class CrawlHandler:
     def __call__(self, delivery: Delivery) -> Outcome:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
             return too_often
+        self._local.delivery, self._local.marked = delivery, False
+        try:
+            return self._handle(delivery)
+        finally:
+            if self._local.marked and self.delivery_limit is not None:
+                # Left behind, the marker only expires; the outcome matters more.
+                with contextlib.suppress(ServiceUnavailable):
+                    self.delivery_limit.unmark_handling(delivery)
+
+    def _handle(self, delivery: Delivery) -> Outcome:
         progress = Progress.from_headers(delivery.headers)
         try:
             task = CrawlTask.decode(delivery.body)
         except DecodeError as exc:
             log.warning("undecodable message on %s: %s", delivery.queue, exc.detail)
-            return self._dead_letter(delivery.body, "", progress, exc)
+            return self._dead_letter(delivery.body, delivery.queue, progress, exc)
         try:
             with metrics.FETCHES_IN_FLIGHT.track_inprogress():
                 return self._crawl(task, progress)
@@ -220,7 +231,9 @@ class CrawlHandler:
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
         fetcher = self._fetcher()
-        fetched = self.gate.call(domain_of(url), lambda: fetcher.page(url, cached), crawl_delay_s)
+        fetched = self.gate.call(
+            domain_of(url), lambda: self._risky(lambda: fetcher.page(url, cached)), crawl_delay_s
+        )
         if fetched.not_modified:
             if cached is None:  # the fetcher only asks conditionally with an entry to revalidate
                 raise PermanentError("http_304", "not modified, but nothing was cached", 304)
@@ -237,6 +250,13 @@ class CrawlHandler:
         if fetched.status == 200:
             self.cache.put(url, fetched)  # after a 304 too: the entry is fresh again
         return fetched
+
+    def _risky(self, send: Callable[[], T]) -> T:
+        """Marks the message as being handled before the part that could kill the worker."""
+        if self.delivery_limit is not None and not self._local.marked:
+            self.delivery_limit.mark_handling(self._local.delivery)
+            self._local.marked = True
+        return send()
 
     def _fetcher(self) -> Fetch:
         fetcher: Fetch | None = getattr(self._local, "fetcher", None)

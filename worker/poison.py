@@ -9,7 +9,14 @@ worker counts redeliveries itself, in Redis, keyed on a hash of the message:
     deliveries(message) = 1 + redeliveries counted so far
 
 Past `limit` deliveries the message is dead-lettered with reason `delivery_limit`, without
-being fetched. Only redelivered messages touch Redis: the first delivery costs nothing.
+being fetched.
+
+Only a redelivery of a message some worker had *started* handling counts. A worker holds more
+messages than it handles at once (prefetch), and when it dies those innocent neighbours come
+back redelivered too, and so do the ones waiting for their domain's rate limit; counting them
+would dead-letter healthy URLs after a few crashes of other causes. So a handler leaves a
+short-lived "handling" marker in Redis while it fetches and parses a message (the part that can
+take a worker down), and a redelivery counts only when it finds that marker.
 
 The count is not a failure count (`crawl-attempt` stays as it was): a crash is not the URL's
 fault, until it happens `limit` times. Every return of an unsettled message counts, including
@@ -38,14 +45,18 @@ log = logging.getLogger(__name__)
 REASON = "delivery_limit"  # the reason quorum queues give for the same thing
 COUNTER_TTL_S = 24 * 3600
 
-# One round trip, and the counter never exists without its expiry (INCR then EXPIRE from the
-# client would leave a counter that never expires if the client died in between).
-# KEYS[1] the counter, ARGV[1] its TTL in seconds. Returns the count after the increment.
+# One round trip, atomic, and the counter never exists without its expiry. KEYS[1] the counter,
+# KEYS[2] the handling marker; ARGV[1] the counter's TTL. Counts the redelivery only if a
+# handler had started fetching the message (the marker exists). Returns the count so far.
 _COUNT_LUA = """
-local count = redis.call('INCR', KEYS[1])
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
+local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  count = redis.call('INCR', KEYS[1])
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
+end
 return count
 """
+HANDLING_TTL_S = 600  # longer than any one handling of a message takes
 
 
 def message_fingerprint(delivery: Delivery) -> str:
@@ -82,10 +93,15 @@ class DeliveryLimit:
     def check(self, delivery: Delivery) -> Outcome | None:
         if not delivery.redelivered:
             return None
-        key = self._keys.deliveries(message_fingerprint(delivery))
+        fingerprint = message_fingerprint(delivery)
         # Redis down: ServiceUnavailable, and the consumer pauses with the message unacked.
         with translate_redis_errors(self._client):
-            deliveries = 1 + int(self._count(keys=[key], args=[self._ttl_s]))
+            deliveries = 1 + int(
+                self._count(
+                    keys=[self._keys.deliveries(fingerprint), self._keys.handling(fingerprint)],
+                    args=[self._ttl_s],
+                )
+            )
         url = _url_of(delivery.body)
         if deliveries <= self.limit:
             log.info("redelivered %s from %s: delivery %d of %d", url, delivery.queue, deliveries, self.limit)
@@ -112,6 +128,18 @@ class DeliveryLimit:
                 {**Progress.from_headers(delivery.headers).to_headers(), **failure.to_headers()},
             )
         )
+
+    def mark_handling(self, delivery: Delivery) -> None:
+        """Called just before the risky part (the fetch and the parse): if the worker dies now,
+        this message is a suspect, and its redelivery counts."""
+        with translate_redis_errors(self._client):
+            self._client.set(
+                self._keys.handling(message_fingerprint(delivery)), self._worker_id, ex=HANDLING_TTL_S
+            )
+
+    def unmark_handling(self, delivery: Delivery) -> None:
+        with translate_redis_errors(self._client):
+            self._client.delete(self._keys.handling(message_fingerprint(delivery)))
 
 
 def _url_of(body: bytes) -> str:

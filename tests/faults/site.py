@@ -1,0 +1,198 @@
+"""A small, fast local site for the fault scenarios: every answer is decided by the path alone.
+
+    /robots.txt               allows everything
+    /sitemap_index.xml        lists /sitemaps/<n>.xml, each answered after `sitemap_delay_s`
+    /pages/<n>.html           200, a small HTML page (bulk queue)
+    /news/<n>.html            200 (the default routing rules send news to the ttl queue)
+    /always500/<n>.html       500, every time
+    /charset-trap/<n>.html    200 labelled charset=utf-7, whose text decodes to a lone surrogate:
+                              the HTML parser cannot encode it and raises (a parse_error)
+    /charset-lie/<n>.html     200 labelled charset=base64, a codec that is not a text encoding
+    /hang/<n>.html            answers only when released, or after `hang_s`
+
+Every request is counted by path, so a test can tell how often a URL was fetched. The servers
+speak HTTP/1.1 with keep-alive, as real sites do, so thousands of fetches stay cheap.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+HOST = "127.0.0.1"
+HTML = "text/html; charset=utf-8"
+PAGE = (
+    "<!DOCTYPE html><html lang='en'><head><title>{path}</title></head>"
+    "<body><h1>{path}</h1><p>{filler}</p><a href='/pages/1.html'>home</a></body></html>"
+)
+# '+2AA-' is UTF-7 for U+D800, a surrogate that no UTF encoder accepts.
+CHARSET_TRAP = b"<html><head><title>trap +2AA-</title></head><body>+2AA-</body></html>"
+
+
+@dataclass(frozen=True)
+class SiteShape:
+    """How many URLs of each kind the site lists in its sitemaps."""
+
+    pages: int = 100
+    news: int = 0
+    always_500: int = 0
+    charset_traps: int = 0
+    charset_lies: int = 0
+    hangs: int = 0
+    urls_per_sitemap: int = 500
+    sitemap_delay_s: float = 0.0  # per child sitemap: spreads publishing over time
+    page_delay_s: float = 0.0  # per page: keeps fetches in flight longer
+    hang_s: float = 120.0
+
+    def paths(self) -> list[str]:
+        kinds = (
+            ("pages", self.pages),
+            ("news", self.news),
+            ("always500", self.always_500),
+            ("charset-trap", self.charset_traps),
+            ("charset-lie", self.charset_lies),
+            ("hang", self.hangs),
+        )
+        return [f"/{kind}/{n}.html" for kind, count in kinds for n in range(1, count + 1)]
+
+
+class FaultSite:
+    def __init__(self, shape: SiteShape) -> None:
+        self.shape = shape
+        self._paths = shape.paths()
+        self._known = frozenset(self._paths)
+        self._hits: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+        self._released = threading.Event()
+        self._server: _Server | None = None
+
+    @property
+    def root(self) -> str:
+        assert self._server is not None, "start the site first"
+        return f"http://{HOST}:{self._server.server_address[1]}"
+
+    def url(self, path: str) -> str:
+        return self.root + path
+
+    def urls(self, kind: str = "") -> list[str]:
+        """Every listed URL, or those of one kind (the first path segment)."""
+        return [self.url(p) for p in self._paths if not kind or p.startswith(f"/{kind}/")]
+
+    @property
+    def sitemap_index(self) -> str:
+        return self.url("/sitemap_index.xml")
+
+    def hits(self, path: str) -> int:
+        with self._lock:
+            return self._hits[path]
+
+    def page_hits(self) -> collections.Counter[str]:
+        """Requests per listed URL path (robots.txt and sitemaps left out)."""
+        with self._lock:
+            return collections.Counter({p: n for p, n in self._hits.items() if p.endswith(".html")})
+
+    def release_hangs(self) -> None:
+        self._released.set()
+
+    def start(self) -> FaultSite:
+        self._server = _Server((HOST, 0), self)
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        ).start()
+        return self
+
+    def stop(self) -> None:
+        self.release_hangs()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> FaultSite:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ---- answers ------------------------------------------------------------------------
+
+    def answer(self, path: str) -> tuple[int, str, bytes]:
+        with self._lock:
+            self._hits[path] += 1
+        if path == "/robots.txt":
+            return 200, "text/plain", b"User-agent: *\nAllow: /\n"
+        if path == "/sitemap_index.xml":
+            return 200, "application/xml", self._index()
+        if path.startswith("/sitemaps/"):
+            self._released.wait(self.shape.sitemap_delay_s)
+            return 200, "application/xml", self._child(int(path.split("/")[-1].split(".")[0]))
+        if path not in self._known:
+            return 404, "text/plain", b"not found\n"
+        kind = path.split("/")[1]
+        if kind == "hang":
+            self._released.wait(self.shape.hang_s)
+        elif self.shape.page_delay_s:
+            threading.Event().wait(self.shape.page_delay_s)
+        if kind == "always500":
+            return 500, "text/plain", b"always broken\n"
+        if kind == "charset-trap":
+            return 200, "text/html; charset=utf-7", CHARSET_TRAP
+        if kind == "charset-lie":
+            return 200, "text/html; charset=base64", b"<html><title>lie</title></html>"
+        return 200, HTML, PAGE.format(path=path, filler="lorem ipsum " * 20).encode()
+
+    def _index(self) -> bytes:
+        count = -(-len(self._paths) // self.shape.urls_per_sitemap)
+        items = "".join(
+            f"<sitemap><loc>{self.url(f'/sitemaps/{n}.xml')}</loc></sitemap>" for n in range(count)
+        )
+        return _xml("sitemapindex", items)
+
+    def _child(self, number: int) -> bytes:
+        size = self.shape.urls_per_sitemap
+        chunk = self._paths[number * size : (number + 1) * size]
+        return _xml("urlset", "".join(f"<url><loc>{self.url(p)}</loc></url>" for p in chunk))
+
+
+def _xml(root: str, items: str) -> bytes:
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>'
+        f'<{root} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{items}</{root}>'
+    ).encode()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], site: FaultSite) -> None:
+        self.site = site
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Silenced: killed and stopped clients reset their connections, which is the point here."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silenced: the site counts requests itself."""
+
+    def do_GET(self) -> None:
+        status, content_type, body = self.server.site.answer(self.path.split("?")[0])
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            # The fetching worker was killed while it waited: nobody is left to answer.
+            self.close_connection = True

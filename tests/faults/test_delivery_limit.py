@@ -1,0 +1,77 @@
+"""The worker's own bound on redeliveries (worker/poison.py), against the real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from shared.consumer import Delivery
+from shared.keys import Keys
+from shared.messages import CrawlTask, Failure, Progress
+from shared.settings import Settings
+from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
+from worker.poison import DeliveryLimit, message_fingerprint
+
+pytestmark = pytest.mark.faults
+
+BODY = CrawlTask(url="http://example.com/crash", run_id="r", queue="bulk").encode()
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[redis.Redis]:
+    made = redis.Redis.from_url(settings.redis_url)
+    yield made
+    made.close()
+
+
+def delivery(redelivered: bool, **headers: object) -> Delivery:
+    return Delivery("ns.bulk", BODY, {**Progress(attempt=1).to_headers(), **headers}, redelivered)
+
+
+def test_a_message_is_handled_at_most_limit_times_then_dead_lettered(
+    settings: Settings, client: redis.Redis
+) -> None:
+    keys = Keys(settings.redis_prefix)
+    limit = DeliveryLimit(client, keys, "ns", "w1")
+    key = keys.deliveries(message_fingerprint(delivery(True)))
+
+    assert limit.check(delivery(False)) is None
+    assert client.exists(key) == 0  # a first delivery costs no Redis call
+    limit.mark_handling(delivery(False))  # the worker dies while fetching it, each time
+    for _ in range(POISON_DELIVERY_LIMIT - 1):
+        assert limit.check(delivery(True)) is None
+    outcome = limit.check(delivery(True))
+
+    assert outcome is not None and outcome.ack
+    (dead,) = outcome.publications
+    assert (dead.exchange, dead.body) == (dead_letter_exchange("ns"), BODY)
+    failure = Failure.from_headers(dead.headers)
+    assert failure is not None and (failure.reason, failure.origin_queue) == ("delivery_limit", "ns.bulk")
+    assert Progress.from_headers(dead.headers).attempt == 1  # crashes are not failures
+    assert 0 < int(client.ttl(key)) <= 24 * 3600
+
+
+def test_a_replayed_message_starts_counting_afresh(settings: Settings, client: redis.Redis) -> None:
+    limit = DeliveryLimit(client, Keys(settings.redis_prefix), "ns", "w1", limit=2)
+    limit.mark_handling(delivery(False))  # delivery 1 died while fetching
+    assert limit.check(delivery(True)) is None  # delivery 2 of 2
+    assert limit.check(delivery(True)) is not None  # delivery 3: dead
+    assert limit.check(delivery(True, **{"crawl-replays": 1})) is None  # replayed: counting afresh
+
+
+def test_a_redelivery_of_a_message_nobody_started_on_is_not_counted(
+    settings: Settings, client: redis.Redis
+) -> None:
+    # Messages a dead worker merely held in its prefetch buffer come back redelivered too.
+    keys = Keys(settings.redis_prefix)
+    limit = DeliveryLimit(client, keys, "ns", "w1", limit=1)
+    buffered = Delivery("ns.bulk", b'{"held": "in a buffer"}', {}, True)
+    assert limit.check(buffered) is None  # not counted: no handler had started fetching it
+    assert client.get(keys.deliveries(message_fingerprint(buffered))) is None
+    limit.mark_handling(buffered)
+    limit.unmark_handling(buffered)  # handled to the end: its marker is gone
+    assert limit.check(buffered) is None
+    limit.mark_handling(buffered)  # the worker died while fetching it
+    assert limit.check(buffered) is not None  # counted: delivery 2 of 1

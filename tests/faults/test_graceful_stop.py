@@ -1,0 +1,65 @@
+"""SIGTERM to every process at once, under load: all exit within the bound, every URL in flight
+is committed and acked or returned, and a restart with the same run id finishes the run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from shared.settings import Settings
+from tests.faults.conftest import SIZE, Size
+from tests.faults.fleet import STOP_BOUND_S, Fleet
+from tests.faults.ledger import outcomes_so_far, wait_for_ledger, wait_for_progress
+from tests.faults.site import FaultSite, SiteShape
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+
+WORKERS = 4
+
+
+def test_sigterm_to_everything_exits_in_time_and_loses_nothing(
+    settings: Settings,
+    size: Size,
+    env: Callable[..., dict[str, str]],
+    site: Callable[[SiteShape], FaultSite],
+    fleet: Callable[[dict[str, str]], Fleet],
+    report: Callable[..., None],
+) -> None:
+    shape = SiteShape(
+        pages=size.urls, urls_per_sitemap=size.urls // 20, sitemap_delay_s=0.25, page_delay_s=0.05
+    )
+    web = site(shape)
+    first = fleet(env())
+    first.start_services(WORKERS)
+    producer = first.producer("sigterm", "--sitemap", web.sitemap_index)
+    wait_for_progress(settings, "sigterm", size.urls // 10, size.settle_s, first.assert_alive)
+    assert producer.poll() is None, "the producer finished before the stop: nothing to test"
+
+    exits = first.stop(extra={"producer": producer})
+    at_stop = outcomes_so_far(settings, "sigterm")
+    interrupted = first.producer_summary("sigterm")
+    assert {name: e.code for name, e in exits.items()} == dict.fromkeys(exits, 0)
+    slowest = max(e.seconds for e in exits.values())
+    assert slowest <= STOP_BOUND_S
+    assert interrupted["stopped_early"] is True
+
+    # The same run id again: the producer publishes only what it had not, the workers finish.
+    second = fleet(env())
+    second.start_services(WORKERS)
+    assert second.producer("sigterm", "--sitemap", web.sitemap_index).wait(timeout=size.settle_s) == 0
+    resumed = second.producer_summary("sigterm")
+    ledger = wait_for_ledger(settings, "sigterm", web.urls(), size.settle_s, check=second.assert_alive)
+    report(
+        **ledger.figures(),
+        exit_s={name: round(e.seconds, 2) for name, e in exits.items()},
+        outcomes_at_stop=at_stop,
+        enqueued_before_stop=interrupted["enqueued_total"],
+        enqueued_after_restart=resumed["enqueued_total"],
+        duplicates_skipped_after_restart=resumed["duplicates"],
+    )
+    assert ledger.lost == [], f"{len(ledger.lost)} lost, e.g. {ledger.lost[:5]}"
+    assert ledger.duplicated == []
+    assert len(ledger.stored) == size.urls
+    # Each URL was published once: what the first producer confirmed, the second skipped.
+    assert interrupted["enqueued_total"] + resumed["enqueued_total"] == size.urls

@@ -1,0 +1,180 @@
+"""The producer's pipeline when RabbitMQ or Redis goes away: unconfirmed batches are published
+again once the service is back, an outage uses up none of the publish attempts, patience has a
+bound, and a stop request settles what is in flight. Fakes stand in for the services, so every
+timing is exact."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from producer.pipeline import MAX_RECONNECT_PAUSE_S, PUBLISH_ATTEMPTS, RECONNECT_PATIENCE_S, Pipeline
+from producer.routing import load_router
+from producer.sitemaps import SitemapEntry
+from shared.broker import Publication
+from shared.errors import ServiceUnavailable
+from shared.messages import CrawlTask
+
+pytestmark = pytest.mark.faults
+
+URLS = [f"http://example.com/{i}" for i in range(10)]
+
+
+def down(service: str) -> ServiceUnavailable:
+    return ServiceUnavailable(service, "127.0.0.1", "Connection refused")
+
+
+@dataclass
+class Confirms:
+    outcomes: list[bool]
+
+    def wait(self) -> list[bool]:
+        return self.outcomes
+
+
+@dataclass
+class FlakyBroker:
+    """Loses the confirms of the first `lost_batches` batches with its connection, then refuses
+    connections `unreachable_calls` times, then confirms everything."""
+
+    lost_batches: int = 0
+    unreachable_calls: int = 0
+    confirmed: list[str] = field(default_factory=list)
+
+    def submit(self, publications: Sequence[Publication]) -> Confirms:
+        if self.lost_batches:
+            self.lost_batches -= 1
+            return Confirms([False] * len(publications))
+        if self.unreachable_calls:
+            self.unreachable_calls -= 1
+            raise down("RabbitMQ")
+        self.confirmed += [CrawlTask.decode(p.body).url for p in publications]
+        return Confirms([True] * len(publications))
+
+    def publish_batch(self, publications: Sequence[Publication]) -> list[bool]:
+        return self.submit(publications).wait()
+
+
+@dataclass
+class Claimed:
+    is_new: list[bool]
+    token: bytes = b"lease"
+
+
+@dataclass
+class MemoryDedup:
+    """Claims, confirms and releases in a dict; unreachable for the first `unreachable_calls`."""
+
+    unreachable_calls: int = 0
+    state: dict[bytes, str] = field(default_factory=dict)
+
+    def _reach(self) -> None:
+        if self.unreachable_calls:
+            self.unreachable_calls -= 1
+            raise down("Redis")
+
+    def claim(self, fingerprints: Sequence[bytes]) -> Claimed:
+        self._reach()
+        new = [fp not in self.state for fp in fingerprints]
+        self.state.update({fp: "claimed" for fp in fingerprints if fp not in self.state})
+        return Claimed(new)
+
+    def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None:
+        self._reach()
+        self.state.update(dict.fromkeys(fingerprints, "confirmed"))
+
+    def release(self, fingerprints: Sequence[bytes], token: bytes) -> int:
+        self._reach()
+        for fp in fingerprints:
+            self.state.pop(fp, None)
+        return len(fingerprints)
+
+
+@dataclass
+class Clock:
+    now: float = 0.0
+    pauses: list[float] = field(default_factory=list)
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+def pipeline(
+    broker: FlakyBroker,
+    dedup: MemoryDedup,
+    clock: Clock,
+    should_stop: Callable[[], bool] = lambda: False,
+    patience_s: float = RECONNECT_PATIENCE_S,
+) -> Pipeline:
+    return Pipeline(
+        "r",
+        "ns",
+        4,
+        load_router(""),
+        dedup,
+        broker,
+        clock=clock.time,
+        sleep=clock.sleep,
+        should_stop=should_stop,
+        patience_s=patience_s,
+    )
+
+
+def entries() -> list[SitemapEntry]:
+    return [SitemapEntry(url, "seeds") for url in URLS]
+
+
+def test_batches_lost_with_the_connection_are_published_again_once_the_broker_is_back() -> None:
+    broker, dedup, clock = FlakyBroker(lost_batches=3, unreachable_calls=6), MemoryDedup(), Clock()
+    counts = pipeline(broker, dedup, clock).run(entries())
+
+    assert (counts.enqueued_total, counts.publish_failed) == (len(URLS), 0)
+    assert sorted(broker.confirmed) == sorted(URLS)
+    assert set(dedup.state.values()) == {"confirmed"}
+    # A retry pause, then growing pauses while the broker is unreachable: none of them an attempt.
+    assert clock.pauses[:7] == [1.0, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0]
+    assert max(clock.pauses) == MAX_RECONNECT_PAUSE_S
+
+
+def test_an_unreachable_redis_is_waited_for_too() -> None:
+    broker, dedup, clock = FlakyBroker(), MemoryDedup(unreachable_calls=3), Clock()
+    counts = pipeline(broker, dedup, clock).run(entries())
+
+    assert (counts.enqueued_total, counts.publish_failed) == (len(URLS), 0)
+    assert clock.pauses == [1.0, 2.0, 4.0]
+
+
+def test_refusals_still_use_up_the_attempts_and_patience_has_a_bound() -> None:
+    refused = FlakyBroker(lost_batches=PUBLISH_ATTEMPTS)  # the first batch, then both of its retries
+    counts = pipeline(refused, MemoryDedup(), Clock()).run(entries()[:4])
+    assert (counts.enqueued_total, counts.publish_failed) == (0, 4)
+
+    gone = FlakyBroker(lost_batches=1, unreachable_calls=10**6)
+    dedup, clock = MemoryDedup(), Clock()
+    with pytest.raises(ServiceUnavailable):
+        pipeline(gone, dedup, clock, patience_s=60.0).run(entries())
+    assert clock.now <= 60.0 + 2 * MAX_RECONNECT_PAUSE_S
+    assert dedup.state == {}  # every claim released: a re-run with the same run id publishes them
+
+
+def test_a_stop_request_stops_reading_and_settles_what_is_in_flight() -> None:
+    broker, dedup = FlakyBroker(), MemoryDedup()
+    read = 0
+
+    def source() -> Iterator[SitemapEntry]:
+        nonlocal read
+        for entry in entries():
+            read += 1
+            yield entry
+
+    # The stop comes while the fifth URL is read: it is not taken, the four before it are settled.
+    counts = pipeline(broker, dedup, Clock(), should_stop=lambda: read >= 5).run(source())
+    assert counts.stopped_early
+    assert counts.enqueued_total == len(broker.confirmed) == 4
+    assert set(dedup.state.values()) == {"confirmed"}
