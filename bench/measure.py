@@ -1,0 +1,119 @@
+"""Process-level measurements for the benchmarks: CPU time of our children and of the services."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    cpu_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    exit_code: int | None = None
+
+
+@dataclass
+class Children:
+    """Child processes whose CPU time and peak memory we read when we reap them (wait4)."""
+
+    env: dict[str, str]
+    log_dir: Path
+    running: list[Child] = field(default_factory=list)
+    finished: list[Child] = field(default_factory=list)
+    _logs: list[IO[bytes]] = field(default_factory=list)
+
+    def start(self, name: str, *argv: str, stdout: int | None = None) -> Child:
+        log = (self.log_dir / f"{name}.log").open("wb")
+        self._logs.append(log)
+        process = subprocess.Popen([sys.executable, *argv], env=self.env, stdout=stdout or log, stderr=log)
+        child = Child(name, process)
+        self.running.append(child)
+        return child
+
+    def reap(self, child: Child) -> Child:
+        _, status, usage = os.wait4(child.process.pid, 0)
+        child.process.returncode = child.exit_code = os.waitstatus_to_exitcode(status)
+        child.cpu_s = usage.ru_utime + usage.ru_stime
+        child.peak_rss_mb = usage.ru_maxrss / 1024
+        self.running.remove(child)
+        self.finished.append(child)
+        return child
+
+    def stop_all(self, timeout_s: float = 40.0) -> None:
+        for child in self.running:
+            # os.kill, not Popen.send_signal: that polls first, and polling would reap the child
+            # and lose its resource usage.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for child in list(self.running):
+            # waitid with WNOWAIT sees the exit without reaping, so wait4 still gets the rusage.
+            while not _exited(child.process.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not _exited(child.process.pid):
+                os.kill(child.process.pid, signal.SIGKILL)
+            self.reap(child)
+        for log in self._logs:
+            log.close()
+
+    def cpu_s(self, prefix: str = "") -> float:
+        return sum(c.cpu_s for c in self.finished if c.name.startswith(prefix))
+
+
+def _exited(pid: int) -> bool:
+    result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+    return result is not None
+
+
+def _proc_cpu_s(pid: int, with_children: bool) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # After ')' the fields start at 'state' (field 3): utime=14, stime=15, cutime=16, cstime=17.
+    ticks = int(fields[11]) + int(fields[12])
+    if with_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICKS_PER_S
+
+
+def _pids(name: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                comm = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm == name:
+                found.append(int(entry.name))
+    return found
+
+
+def services_cpu_s() -> dict[str, float]:
+    """CPU seconds used so far by RabbitMQ, Redis and PostgreSQL (exited backends included)."""
+    postgres = _pids("postgres")
+    postmaster = min(postgres) if postgres else None
+    return {
+        "rabbitmq": sum(_proc_cpu_s(p, with_children=True) for p in _pids("beam.smp")),
+        "redis": sum(_proc_cpu_s(p, with_children=False) for p in _pids("redis-server")),
+        "postgresql": sum(_proc_cpu_s(p, with_children=p == postmaster) for p in postgres),
+    }
+
+
+def self_children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

@@ -1,0 +1,348 @@
+"""python -m bench.perf: our pipeline beside Scrapy on the same local sites, in the same run.
+
+Prints one table: latency-bound and CPU-bound pages/s (ours, Scrapy, ratio), CPU seconds per
+stored page (our processes, the services, Scrapy), producer URLs/s, dedup bytes per URL in
+Redis, worker peak RSS with 32 fetches in flight, and pages/s by number of workers. Every run
+uses fresh queue, key and schema names and removes them afterwards. Needs the local RabbitMQ,
+Redis and PostgreSQL, and Scrapy (`pip install -e '.[bench]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.dedup_memory import dedup_bytes_per_url
+from bench.measure import Children, services_cpu_s
+from shared.accounting import account
+from shared.settings import Settings
+from shared.teardown import remove_pipeline
+
+SITE_PORT = 8531
+WORKER_CONCURRENCY = 32
+
+
+@dataclass(frozen=True)
+class Result:
+    pages: int
+    elapsed_s: float
+    own_cpu_s: float
+    services_cpu_s: float
+    worker_peak_rss_mb: float = 0.0
+
+    @property
+    def pages_per_s(self) -> float:
+        return self.pages / self.elapsed_s if self.elapsed_s else 0.0
+
+
+@contextlib.contextmanager
+def perf_site(hosts: int, pages_per_host: int, delay_ms: int, log_dir: Path) -> Iterator[None]:
+    log = (log_dir / "site.log").open("wb")
+    site = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.perf_site",
+            "--hosts",
+            str(hosts),
+            "--pages-per-host",
+            str(pages_per_host),
+            "--delay-ms",
+            str(delay_ms),
+            "--port",
+            str(SITE_PORT),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_for_port(f"127.0.1.1:{SITE_PORT}")
+        yield
+    finally:
+        site.terminate()
+        site.wait(timeout=10)
+        log.close()
+
+
+def _wait_for_port(address: str, timeout_s: float = 15) -> None:
+    import socket
+
+    host, port = address.split(":")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"benchmark site did not start on {address}")
+
+
+def pipeline_env(name: str, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CRAWL_NAMESPACE": name,
+        "REDIS_PREFIX": name,
+        "PG_SCHEMA": name,
+        "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/crawler_bench",
+        "RATE_LIMIT_RPS": "10000",  # high enough not to bind: this measures throughput
+        "FETCH_ALLOWLIST": "127.0.0.0/8",
+        "FETCH_CONCURRENCY": str(WORKER_CONCURRENCY),
+        "LOG_LEVEL": "WARNING",
+        **extra,
+    }
+
+
+def run_pipeline(producer_args: list[str], workers: int, log_dir: Path, timeout_s: float = 900) -> Result:
+    """Start the dead-letter consumer and workers, run the producer, wait until every URL is accounted."""
+    name = f"bench{secrets.token_hex(4)}"
+    env = pipeline_env(name)
+    settings = Settings.from_env(env)
+    run_log = log_dir / name
+    run_log.mkdir(parents=True)
+    children = Children(env, run_log)
+    before = services_cpu_s()
+    started = time.monotonic()
+    try:
+        children.start("dlq_consumer", "-m", "dlq_consumer")
+        for i in range(workers):
+            children.start(f"worker-{i}", "-m", "worker")
+        producer = children.start(
+            "producer", "-m", "producer", "--run-id", name, *producer_args, stdout=subprocess.PIPE
+        )
+        assert producer.process.stdout is not None
+        summary_text = producer.process.stdout.read().decode()  # EOF when it exits; wait4 reaps it
+        children.reap(producer)
+        if producer.exit_code != 0 or not summary_text.strip():
+            raise RuntimeError(f"producer failed with {producer.exit_code}; see {run_log}")
+        expected = int(json.loads(summary_text.strip().splitlines()[-1])["enqueued_total"])
+        deadline = time.monotonic() + timeout_s
+        while (final := account(settings, name)).accounted < expected:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out: {final.accounted} of {expected} accounted; see {run_log}")
+            time.sleep(0.1)
+        elapsed = time.monotonic() - started
+    finally:
+        children.stop_all()
+        after = services_cpu_s()
+        _cleanup(settings)
+    return Result(
+        pages=final.stored,
+        elapsed_s=elapsed,
+        own_cpu_s=children.cpu_s(),
+        services_cpu_s=sum(after.values()) - sum(before.values()),
+        worker_peak_rss_mb=max(
+            (c.peak_rss_mb for c in children.finished if c.name.startswith("worker")), default=0.0
+        ),
+    )
+
+
+def run_producer_only(producer_args: list[str], log_dir: Path) -> tuple[int, float]:
+    """(URLs enqueued, seconds) for the producer alone, dedup and confirms included."""
+    name = f"bench{secrets.token_hex(4)}"
+    env = pipeline_env(name)
+    settings = Settings.from_env(env)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "producer", "--run-id", name, *producer_args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    finally:
+        _cleanup(settings)
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    return int(summary["enqueued_total"]), float(summary["elapsed_s"])
+
+
+def run_scrapy(args: list[str], log_dir: Path) -> Result:
+    before = services_cpu_s()
+    out = log_dir / f"scrapy-{secrets.token_hex(3)}.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scrapy_run", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    after = services_cpu_s()
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    return Result(
+        pages=int(figures["pages"]),
+        elapsed_s=float(figures["elapsed_s"]),
+        own_cpu_s=float(figures["cpu_s"]),
+        services_cpu_s=sum(after.values()) - sum(before.values()),
+        worker_peak_rss_mb=float(figures["peak_rss_mb"]),
+    )
+
+
+def _cleanup(settings: Settings) -> None:
+    remove_pipeline(settings)
+
+
+@dataclass
+class Table:
+    rows: list[tuple[str, str, str, str, str]]
+
+    def add(self, figure: str, ours: str, reference: str = "", ratio: str = "", goal: str = "") -> None:
+        self.rows.append((figure, ours, reference, ratio, goal))
+
+    def render(self) -> str:
+        header = ("figure", "ours", "Scrapy", "ratio", "goal")
+        widths = [max(len(r[i]) for r in [header, *self.rows]) for i in range(5)]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+            for row in [header, *self.rows]
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def compare(table: Table, label: str, ours: Result, scrapy: Result, goal_ratio: float) -> None:
+    """Throughput, CPU per page (ours, the services) and memory, ours beside Scrapy's."""
+    ratio = ours.pages_per_s / scrapy.pages_per_s
+    ours_cpu_ms = 1000 * ours.own_cpu_s / ours.pages
+    scrapy_cpu_ms = 1000 * scrapy.own_cpu_s / scrapy.pages
+    table.add(
+        label,
+        f"{ours.pages_per_s:.0f}",
+        f"{scrapy.pages_per_s:.0f}",
+        f"{ratio:.2f}x",
+        f">= {goal_ratio}x: {verdict(ratio >= goal_ratio)}",
+    )
+    table.add(
+        "  CPU per page, own processes",
+        f"{ours_cpu_ms:.2f} ms",
+        f"{scrapy_cpu_ms:.2f} ms",
+        "",
+        f"ours <= Scrapy: {verdict(ours_cpu_ms <= scrapy_cpu_ms)}",
+    )
+    # Scrapy uses none of the three; whatever they did meanwhile is other work on the machine.
+    table.add(
+        "  CPU per page, RabbitMQ+Redis+PostgreSQL",
+        f"{1000 * ours.services_cpu_s / ours.pages:.2f} ms",
+        "n/a",
+    )
+    table.add(
+        "  peak RSS of one worker / of Scrapy",
+        f"{ours.worker_peak_rss_mb:.0f} MB",
+        f"{scrapy.worker_peak_rss_mb:.0f} MB",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not the figures")
+    parser.add_argument(
+        "--only", default="latency,cpu,producer,dedup,scaling", help="comma list of sections to run"
+    )
+    args = parser.parse_args(argv)
+    sections = set(args.only.split(","))
+    scale = 10 if args.quick else 1
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
+    table = Table([])
+    print(f"logs in {log_dir}", flush=True)
+
+    if "latency" in sections or "scaling" in sections:
+        pages_per_host = 250 // scale
+        urls = log_dir / "latency-urls.txt"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.perf_site",
+                "--hosts",
+                "20",
+                "--pages-per-host",
+                str(pages_per_host),
+                "--port",
+                str(SITE_PORT),
+                "--write-urls",
+                str(urls),
+            ],
+            check=True,
+        )
+        with perf_site(20, pages_per_host, 100, log_dir):
+            if "latency" in sections:
+                scrapy = run_scrapy(["--urls", str(urls)], log_dir)
+                ours = run_pipeline(["--urls", str(urls)], 4, log_dir)
+                compare(
+                    table,
+                    f"latency-bound pages/s ({ours.pages} pages, 20 hosts, 100 ms, 4 workers)",
+                    ours,
+                    scrapy,
+                    1.5,
+                )
+                table.add(
+                    f"worker peak RSS, {WORKER_CONCURRENCY} fetches in flight",
+                    f"{ours.worker_peak_rss_mb:.0f} MB",
+                    "",
+                    "",
+                    f"<= 80 MB: {verdict(ours.worker_peak_rss_mb <= 80)}",
+                )
+            if "scaling" in sections:
+                for workers in (1, 2, 4, 8):
+                    result = run_pipeline(["--urls", str(urls)], workers, log_dir)
+                    table.add(
+                        f"scaling: {workers} worker(s), latency-bound pages/s", f"{result.pages_per_s:.0f}"
+                    )
+
+    if "cpu" in sections:
+        pages_per_host = 1000 // scale
+        with perf_site(20, pages_per_host, 0, log_dir):
+            index = f"http://127.0.1.1:{SITE_PORT}/sitemap_index.xml"
+            scrapy = run_scrapy(["--sitemap", index], log_dir)
+            ours = run_pipeline(["--sitemap", index], 4, log_dir)
+            compare(
+                table,
+                f"CPU-bound pages/s ({ours.pages} pages from a sitemap index, 4 workers)",
+                ours,
+                scrapy,
+                1.2,
+            )
+
+    if "producer" in sections:
+        pages_per_host = 5000 // scale
+        with perf_site(20, pages_per_host, 0, log_dir):
+            enqueued, seconds = run_producer_only(
+                [f"--sitemap=http://127.0.1.1:{SITE_PORT}/sitemap_index.xml"], log_dir
+            )
+            rate = enqueued / seconds
+            table.add(
+                f"producer URLs/s ({enqueued} URLs, gzipped sitemaps, dedup + confirms)",
+                f"{rate:.0f}",
+                "",
+                "",
+                f">= 20000: {verdict(rate >= 20000)}",
+            )
+
+    if "dedup" in sections:
+        for count in (1_000_000 // scale, 10_000_000 // scale):
+            per_url = dedup_bytes_per_url(count)
+            table.add(
+                f"dedup memory, {count:,} URLs",
+                f"{per_url:.1f} B/URL",
+                "136 B/URL (SADD of URLs)",
+                "",
+                f"<= 24: {verdict(per_url <= 24)}",
+            )
+
+    print()
+    print(table.render())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
