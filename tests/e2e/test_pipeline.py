@@ -179,3 +179,26 @@ def test_a_recrawl_fetches_nothing_the_sitemap_says_is_unchanged(
     assert fetched_paths == {urlsplit(url).path for url in due}
     unchanged = rows(settings, "SELECT DISTINCT unchanged FROM pages WHERE run_id = %s", "e2e-again")
     assert unchanged == [(True,)]
+
+
+def test_an_extraction_profile_fills_its_fields_on_the_demo_site(
+    settings: Settings, demo_site: DemoSite, tmp_path: Path
+) -> None:
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(
+        '[[profile]]\nname = "news"\nurl_pattern = "/news/"\n\n[profile.fields]\n'
+        'headline = { css = "h1" }\nlanguage = { css = "html", attr = "lang" }\n'
+        'links = { css = "a", attr = "href", all = true }\n'
+    )
+    code, output = crawl(
+        settings, demo_site, "e2e-profile", tmp_path, workers=2, EXTRACTION_PROFILES_FILE=str(profiles)
+    )
+    assert code == 0, output
+    found = rows(settings, "SELECT url, profile, extracted, h1 FROM pages WHERE run_id = %s", "e2e-profile")
+    news = [(url, profile, extracted, h1) for url, profile, extracted, h1 in found if "/news/" in str(url)]
+    assert len(news) == len(demo_site.config.expected().news)
+    for _, profile, extracted, h1 in news:
+        assert profile == "news"
+        assert isinstance(extracted, dict)
+        assert extracted["headline"] == h1 and extracted["language"] == "en" and extracted["links"]
+    assert {profile for url, profile, _, _ in found if "/news/" not in str(url)} == {None}
