@@ -25,9 +25,12 @@ Connection = psycopg.Connection[Any]
 UPSERT_DEAD_LETTER = """
 INSERT INTO dead_letters (run_id, url, reason, last_error, http_status, attempts, replays,
                           origin_queue, worker_id, body, x_death, first_failed_at)
-VALUES (%(run_id)s, %(url)s, %(reason)s, %(last_error)s, %(http_status)s, %(attempts)s,
-        %(replays)s, %(origin_queue)s, %(worker_id)s, %(body)s, %(x_death)s,
-        COALESCE(to_timestamp(%(first_failed_at)s::double precision), now()))
+SELECT %(run_id)s, %(url)s, %(reason)s, %(last_error)s, %(http_status)s, %(attempts)s,
+       %(replays)s, %(origin_queue)s, %(worker_id)s, %(body)s, %(x_death)s,
+       COALESCE(to_timestamp(%(first_failed_at)s::double precision), now())
+-- A stored page wins: a stale copy of a URL the run already stored (a redelivery, a copy that
+-- crossed a crash) is not recorded as dead, so every URL keeps exactly one outcome.
+WHERE NOT EXISTS (SELECT 1 FROM pages WHERE pages.run_id = %(run_id)s AND pages.url = %(url)s)
 ON CONFLICT (run_id, url) DO UPDATE SET
     reason = EXCLUDED.reason, last_error = EXCLUDED.last_error,
     http_status = EXCLUDED.http_status, attempts = EXCLUDED.attempts,

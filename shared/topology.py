@@ -25,9 +25,12 @@ from shared.settings import Settings
 MAX_MESSAGE_PRIORITY = 5
 # Rate-limit deferrals reuse the delay queues; these lengths are always declared.
 DEFERRAL_DELAYS_S = (1.0, 5.0, 30.0)
-# Deliveries before a crash-looping URL is dead: the broker counts them on quorum queues
-# (x-delivery-limit), the worker in Redis on classic ones (worker/poison.py).
+# Deliveries before a crash-looping URL is dead, counted by the worker (worker/poison.py) and
+# only for messages it was fetching when it died.
 POISON_DELIVERY_LIMIT = 5
+# The broker's own bound on quorum queues counts every redelivery, the innocent messages a dead
+# worker held in its prefetch buffer too, so it is only a backstop, well above the worker's.
+QUORUM_DELIVERY_LIMIT = 4 * POISON_DELIVERY_LIMIT
 
 
 def work_exchange(ns: str) -> str:
@@ -150,7 +153,7 @@ def build_topology(settings: Settings) -> Topology:
         queues = [
             q
             if "x-max-priority" in q.arguments or q.name in (dead_letter_queue(ns), parked_queue(ns))
-            else Queue(q.name, {**q.arguments, "x-delivery-limit": POISON_DELIVERY_LIMIT}, q.bindings)
+            else Queue(q.name, {**q.arguments, "x-delivery-limit": QUORUM_DELIVERY_LIMIT}, q.bindings)
             for q in queues
         ]
     for delay in delays_ms:

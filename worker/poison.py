@@ -47,10 +47,12 @@ COUNTER_TTL_S = 24 * 3600
 
 # One round trip, atomic, and the counter never exists without its expiry. KEYS[1] the counter,
 # KEYS[2] the handling marker; ARGV[1] the counter's TTL. Counts the redelivery only if a
-# handler had started fetching the message (the marker exists). Returns the count so far.
+# handler had started fetching the message (the marker exists), and takes the marker: it speaks
+# for one death only, and a copy that dies again unstarted, in another worker's buffer, must
+# not count twice. Returns the count so far.
 _COUNT_LUA = """
 local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('DEL', KEYS[2]) == 1 then
   count = redis.call('INCR', KEYS[1])
   redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
 end

@@ -53,6 +53,13 @@ ON CONFLICT (run_id, url) DO UPDATE SET
     fetched_at = now(), writes = pages.writes + 1
 """
 
+# The other order: a URL dead-lettered by one copy and then stored by another. The page wins,
+# and the dead letter is kept for inspection but no longer counts (state 'superseded').
+SUPERSEDE_DEAD_LETTER = """
+UPDATE dead_letters SET state = 'superseded'
+WHERE run_id = %(run_id)s AND url = %(url)s AND state = 'dead'
+"""
+
 UPSERT_SKIP = """
 INSERT INTO skips (run_id, url, reason, detail, worker_id)
 VALUES (%(run_id)s, %(url)s, %(reason)s, %(detail)s, %(worker_id)s)
@@ -100,8 +107,7 @@ class SkipRow:
 
 @dataclass
 class _Pending:
-    query: str
-    params: dict[str, Any]
+    statements: list[tuple[str, dict[str, Any]]]  # written in the same transaction
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -124,10 +130,10 @@ class ResultStore:
         params = {k: _clean(v) for k, v in row.__dict__.items()}
         params["links"] = Jsonb(params["links"])
         params["extracted"] = Jsonb(params["extracted"])
-        self._submit(UPSERT_PAGE, params)
+        self._submit((UPSERT_PAGE, params), (SUPERSEDE_DEAD_LETTER, {"run_id": row.run_id, "url": row.url}))
 
     def save_skip(self, row: SkipRow) -> None:
-        self._submit(UPSERT_SKIP, {k: _clean(v) for k, v in row.__dict__.items()})
+        self._submit((UPSERT_SKIP, {k: _clean(v) for k, v in row.__dict__.items()}))
 
     def close(self) -> None:
         """Stop the writer once it has written what it holds; call after the handlers stopped."""
@@ -140,9 +146,9 @@ class ResultStore:
             self._conn.close()
             self._conn = None
 
-    def _submit(self, query: str, params: dict[str, Any]) -> None:
+    def _submit(self, *statements: tuple[str, dict[str, Any]]) -> None:
         self._ensure_writer()
-        pending = _Pending(query, params)
+        pending = _Pending(list(statements))
         self._pending.put(pending)
         pending.done.wait()
         if pending.error is not None:
@@ -194,7 +200,8 @@ class ResultStore:
                 conn = self._connection()
                 with conn.transaction(), conn.cursor() as cur:
                     for pending in batch:
-                        cur.execute(pending.query, pending.params)
+                        for query, params in pending.statements:
+                            cur.execute(query, params)
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 self._conn = None  # reconnect for the next batch
                 raise

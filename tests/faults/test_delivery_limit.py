@@ -39,9 +39,10 @@ def test_a_message_is_handled_at_most_limit_times_then_dead_lettered(
 
     assert limit.check(delivery(False)) is None
     assert client.exists(key) == 0  # a first delivery costs no Redis call
-    limit.mark_handling(delivery(False))  # the worker dies while fetching it, each time
     for _ in range(POISON_DELIVERY_LIMIT - 1):
+        limit.mark_handling(delivery(False))  # the worker dies while fetching it, each time
         assert limit.check(delivery(True)) is None
+    limit.mark_handling(delivery(False))
     outcome = limit.check(delivery(True))
 
     assert outcome is not None and outcome.ack
@@ -57,6 +58,7 @@ def test_a_replayed_message_starts_counting_afresh(settings: Settings, client: r
     limit = DeliveryLimit(client, Keys(settings.redis_prefix), "ns", "w1", limit=2)
     limit.mark_handling(delivery(False))  # delivery 1 died while fetching
     assert limit.check(delivery(True)) is None  # delivery 2 of 2
+    limit.mark_handling(delivery(False))  # and delivery 2 too
     assert limit.check(delivery(True)) is not None  # delivery 3: dead
     assert limit.check(delivery(True, **{"crawl-replays": 1})) is None  # replayed: counting afresh
 
@@ -74,4 +76,13 @@ def test_a_redelivery_of_a_message_nobody_started_on_is_not_counted(
     limit.unmark_handling(buffered)  # handled to the end: its marker is gone
     assert limit.check(buffered) is None
     limit.mark_handling(buffered)  # the worker died while fetching it
-    assert limit.check(buffered) is not None  # counted: delivery 2 of 1
+    assert limit.check(buffered) is not None  # counted: delivery 2 of a limit of 1
+
+
+def test_one_death_counts_once(settings: Settings, client: redis.Redis) -> None:
+    # A message dies while being fetched, then its redelivery dies again in another worker's
+    # buffer before anyone started on it: one suspect death, not two.
+    limit = DeliveryLimit(client, Keys(settings.redis_prefix), "ns", "w1", limit=2)
+    limit.mark_handling(delivery(False))
+    assert limit.check(delivery(True)) is None  # delivery 2 of 2
+    assert limit.check(delivery(True)) is None  # still 2 of 2: the marker was taken

@@ -106,7 +106,9 @@ def test_a_url_that_kills_its_worker_every_time_ends_dead_after_the_delivery_lim
 ) -> None:
     # The worker is killed each time it fetches the hanging URL: a crash that the URL causes.
     web = site(SiteShape(pages=20, hangs=1))
-    procs = fleet(env(FETCH_READ_TIMEOUT_S="60", FETCH_DEADLINE_S="60"))
+    # One fetch at a time: the URL being fetched when the worker dies is the one that killed it
+    # (with more in flight, the others in flight at every kill are suspects too).
+    procs = fleet(env(FETCH_READ_TIMEOUT_S="60", FETCH_DEADLINE_S="60", FETCH_CONCURRENCY="1"))
     procs.start_services(1)
     assert procs.producer("killer", "--sitemap", web.sitemap_index).wait(timeout=60) == 0
     kills = kill_whoever_fetches(settings, "killer", web, procs, "/hang/1.html")

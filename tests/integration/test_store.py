@@ -124,3 +124,15 @@ def test_a_recrawled_page_says_whether_its_text_changed(settings: Settings, stor
     with db.connect(settings, autocommit=True) as conn:
         found = dict(conn.execute("SELECT url, unchanged FROM pages WHERE run_id = 'again'").fetchall())
     assert found == {"http://a.test/1": True, "http://a.test/2": False, "http://a.test/3": None}
+
+
+def test_storing_a_page_supersedes_a_dead_letter_of_the_same_url(
+    settings: Settings, store: ResultStore
+) -> None:
+    with db.connect(settings, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO dead_letters (run_id, url, reason, body) VALUES ('r1', 'http://a.test/1', 'x', '')"
+        )
+    store.save_page(page("http://a.test/1", "late copy"))
+    with db.connect(settings, autocommit=True) as conn:
+        assert conn.execute("SELECT state FROM dead_letters").fetchall() == [("superseded",)]
