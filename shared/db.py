@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections.abc import Iterator
 from importlib import resources
@@ -52,18 +53,46 @@ def _create_database(settings: Settings) -> None:
         raise _unavailable(settings, exc) from None
 
 
+SCHEMA_APPLIED = """
+CREATE TABLE IF NOT EXISTS schema_applied (
+    digest     text        PRIMARY KEY,  -- sha256 of schema.sql as applied
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
 def ensure_schema(settings: Settings) -> None:
-    """Create the schema and tables if they are not there yet; safe to run from every service."""
+    """Create or migrate the schema and tables; safe to run from every service at every start.
+
+    A schema already at this version is left alone: ALTER TABLE takes an exclusive lock even
+    when it changes nothing, and a worker starting beside busy ones would deadlock with their
+    writes. Otherwise the statements run one by one (each its own transaction, so no lock is
+    held across tables), serialised between services by an advisory lock."""
     ddl = resources.files("shared").joinpath("schema.sql").read_text()
+    digest = hashlib.sha256(ddl.encode()).hexdigest()
     with connect(settings, autocommit=True) as conn:
         try:
-            # Serialise concurrent starts: CREATE ... IF NOT EXISTS is not race-free in PostgreSQL.
-            conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (settings.pg_schema,))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.pg_schema)))
-            conn.execute(ddl)  # a trusted file of our own
-            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (settings.pg_schema,))
+            conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (settings.pg_schema,))
+            try:
+                conn.execute(SCHEMA_APPLIED)
+                if conn.execute("SELECT 1 FROM schema_applied WHERE digest = %s", (digest,)).fetchone():
+                    return
+                for statement in _statements(ddl):
+                    conn.execute(statement)  # our own file
+                conn.execute(
+                    "INSERT INTO schema_applied (digest) VALUES (%s) ON CONFLICT DO NOTHING", (digest,)
+                )
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (settings.pg_schema,))
         except psycopg.errors.InsufficientPrivilege as exc:
             raise ConfigError(f"PG_SCHEMA {settings.pg_schema!r}: {exc}".strip()) from None
+
+
+def _statements(ddl: str) -> list[str]:
+    """schema.sql split into statements (it holds no functions, so ';' ends each one)."""
+    lines = [line for line in ddl.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
 @contextlib.contextmanager

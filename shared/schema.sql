@@ -72,3 +72,4 @@ CREATE INDEX IF NOT EXISTS pages_fetched_at ON pages (fetched_at);
 -- On a recrawl (--recrawl-of), whether a page's visible text matches the earlier run's.
 ALTER TABLE pages ADD COLUMN IF NOT EXISTS unchanged boolean;
 -- dead_letters.state: dead | replayed | superseded (a later copy of the URL was stored).
+-- Applied once per version of this file (table schema_applied, shared/db.py).
