@@ -25,8 +25,8 @@ from shared.accounting import Accounting, account
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
 from shared.keys import Keys
+from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
-from worker.redis_errors import translate_redis_errors
 
 STOP_TIMEOUT_S = 30.0
 # Short retry delays so that a demo's fail-twice pages finish in seconds, not minutes. The demo

@@ -29,10 +29,10 @@ from typing import Any
 import redis
 
 from shared.keys import Keys
+from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 from worker.fetch import FetchResult, Validators, is_html
 from worker.parse import decode_html
-from worker.redis_errors import translate_redis_errors
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from shared.consumer import Delivery, Outcome
 from shared.errors import DecodeError
 from shared.keys import Keys
 from shared.messages import REPLAY_HEADER, CrawlTask, Failure, Progress
+from shared.redis_errors import translate_redis_errors
 from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
-from worker.redis_errors import translate_redis_errors
 
 log = logging.getLogger(__name__)
 

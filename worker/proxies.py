@@ -25,9 +25,9 @@ import redis
 
 from shared.errors import ConfigError, TransientError
 from shared.keys import Keys
+from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 from worker.politeness import TryLater
-from worker.redis_errors import translate_redis_errors
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ import uuid
 import redis
 
 from shared.keys import Keys
+from shared.redis_errors import translate_redis_errors
 from worker.politeness import Reservation
-from worker.redis_errors import translate_redis_errors
 
 log = logging.getLogger(__name__)
 

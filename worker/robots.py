@@ -36,11 +36,11 @@ from protego import Protego
 
 from shared.errors import PermanentError, TransientError
 from shared.keys import Keys
+from shared.redis_errors import translate_redis_errors
 from shared.urls import domain_of
 from worker.fetch import Fetcher, Verdict, classify
 from worker.politeness import TryLater
 from worker.proxies import ProxyFailed
-from worker.redis_errors import translate_redis_errors
 
 log = logging.getLogger(__name__)
 

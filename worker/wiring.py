@@ -13,6 +13,7 @@ from shared import metrics
 from shared.errors import TaskError
 from shared.keys import Keys
 from shared.netguard import check_url, guarded_session
+from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 from shared.topology import build_topology
 from shared.urls import fingerprint
@@ -24,7 +25,6 @@ from worker.politeness import LEASE_MARGIN_S, DomainGate, PolitenessConfig
 from worker.profiles import load_profiles
 from worker.proxies import Proxy, ProxyFailed, ProxyPool
 from worker.ratelimit import RateLimiter
-from worker.redis_errors import translate_redis_errors
 from worker.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
 from worker.store import ResultStore
 
