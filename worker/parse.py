@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-from bs4 import BeautifulSoup, Tag
+from bs4 import BeautifulSoup, CData, NavigableString, Tag
 
 from shared.errors import PermanentError
 
@@ -20,7 +20,11 @@ MAX_TEXT_CHARS = 100_000
 MAX_LINKS = 1_000
 
 # Their text is never shown to a reader.
-_INVISIBLE_TAGS = ("script", "style", "noscript", "template")
+_INVISIBLE_TAGS = frozenset({"script", "style", "noscript", "template"})
+# Tags a page field is read from.
+_FIELD_TAGS = frozenset({"a", "area", "base", "h1", "html", "link", "meta", "title"})
+# What get_text() would join: not comments, doctypes, declarations or processing instructions.
+_TEXT_STRINGS = frozenset({NavigableString, CData})
 
 # The HTML standard looks for a <meta charset> in the first 1024 bytes only.
 _META_PRESCAN_BYTES = 1024
@@ -110,27 +114,85 @@ def parse_page(
 
 
 def _parse(html: str | bytes, base_url: str, max_text_chars: int, max_links: int) -> ParsedPage:
-    soup = BeautifulSoup(html, "lxml")
-    base = _base_url(soup, base_url)
-    title = _title(soup)
-    description = _meta_description(soup)
-    canonical = _canonical(soup, base)
-    lang = _attr(soup.find("html"), "lang")
-    h1_tag = soup.find("h1")
-    h1 = _collapse(h1_tag.get_text(" ")) if isinstance(h1_tag, Tag) else None
-    links = _links(soup, base, max_links)
-    # Last: removing the invisible elements changes the tree the other fields were read from.
-    text = _visible_text(soup)[:max_text_chars]
+    # No multi-valued attributes: `rel` and `class` stay strings, which saves splitting every
+    # class attribute of the page for fields that never read one.
+    soup = BeautifulSoup(html, "lxml", multi_valued_attributes=None)
+    scan = _Scan()
+    scan.walk(soup, soup.body or soup)
+    base = (_absolute_http(base_url, scan.base_href) if scan.base_href else None) or base_url
     return ParsedPage(
         base_url=base,
-        title=title,
-        description=description,
-        canonical_url=canonical,
-        lang=lang,
-        h1=h1 or None,
-        text=text,
-        links=links,
+        title=scan.title,
+        description=scan.description,
+        canonical_url=_absolute_http(base, scan.canonical_href) if scan.canonical_href else None,
+        lang=scan.lang,
+        h1=scan.h1 or None,
+        text=" ".join(" ".join(scan.text).split())[:max_text_chars],
+        links=_links(scan.hrefs, base, max_links),
     )
+
+
+class _Scan:
+    """The page fields, read in one walk over the tree: a find_all per field walked the whole
+    tree once each, and that cost as much as building it."""
+
+    def __init__(self) -> None:
+        self.base_href: str | None = None
+        self.title: str | None = None
+        self.description: str | None = None
+        self.canonical_href: str | None = None
+        self.lang: str | None = None
+        self.h1: str | None = None
+        self.hrefs: list[str] = []
+        self.text: list[str] = []  # visible strings of the text root, in document order
+        self._seen: set[str] = set()  # fields that take their first occurrence only
+
+    def walk(self, soup: BeautifulSoup, text_root: Tag) -> None:
+        # An explicit stack, not recursion: hostile pages nest deeper than Python's recursion limit.
+        # A frame is (children, inside an <svg>, inside the visible part of the text root).
+        stack = [(iter(soup.contents), False, text_root is soup)]
+        while stack:
+            children, in_svg, visible = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+            elif isinstance(child, Tag):
+                if child.name in _FIELD_TAGS:
+                    self._read(child, in_svg)
+                shows = (visible or child is text_root) and child.name not in _INVISIBLE_TAGS
+                stack.append((iter(child.contents), in_svg or child.name == "svg", shows))
+            elif visible and type(child) in _TEXT_STRINGS:
+                self.text.append(child)
+
+    def _read(self, tag: Tag, in_svg: bool) -> None:
+        name = tag.name
+        if name in ("a", "area"):
+            href = _attr(tag, "href")
+            if href:
+                self.hrefs.append(href)
+            return
+        # An SVG <title> is a tooltip of a drawing, not the page's title.
+        if name in self._seen or (name == "title" and in_svg):
+            return
+        if name == "title":
+            self.title = _collapse(tag.get_text()) or None
+        elif name == "meta":
+            if (_attr(tag, "name") or "").lower() != "description":
+                return
+            content = _attr(tag, "content")
+            self.description = _collapse(content) if content else None
+        elif name == "link":
+            href = _attr(tag, "href")
+            if "canonical" not in (_attr(tag, "rel") or "").lower().split() or not href:
+                return
+            self.canonical_href = href
+        elif name == "base":
+            self.base_href = _attr(tag, "href")
+        elif name == "html":
+            self.lang = _attr(tag, "lang")
+        elif name == "h1":
+            self.h1 = _collapse(tag.get_text(" "))
+        self._seen.add(name)
 
 
 def _collapse(text: str) -> str:
@@ -152,59 +214,21 @@ def _attr(tag: object, name: str) -> str | None:
 def _absolute_http(base: str, href: str) -> str | None:
     """`href` resolved against `base`, fragment dropped; None unless it is an http(s) URL."""
     try:
-        url, _fragment = urldefrag(urljoin(base, href.strip()))
+        url = urljoin(base, href.strip())
+        if "#" in url:  # urldefrag re-assembles the URL; most links have nothing to drop
+            url = urldefrag(url).url
         parts = urlsplit(url)
     except ValueError:  # e.g. a malformed IPv6 host
         return None
     return url if parts.scheme in ("http", "https") and parts.netloc else None
 
 
-def _base_url(soup: BeautifulSoup, page_url: str) -> str:
-    href = _attr(soup.find("base"), "href")
-    return (_absolute_http(page_url, href) if href else None) or page_url
-
-
-def _title(soup: BeautifulSoup) -> str | None:
-    for tag in soup.find_all("title"):
-        # An SVG <title> is a tooltip of a drawing, not the page's title.
-        if isinstance(tag, Tag) and tag.find_parent("svg") is None:
-            return _collapse(tag.get_text()) or None
-    return None
-
-
-def _meta_description(soup: BeautifulSoup) -> str | None:
-    for tag in soup.find_all("meta"):
-        if (_attr(tag, "name") or "").lower() == "description":
-            content = _attr(tag, "content")
-            return _collapse(content) if content else None
-    return None
-
-
-def _canonical(soup: BeautifulSoup, base: str) -> str | None:
-    for tag in soup.find_all("link"):
-        rel = (_attr(tag, "rel") or "").lower().split()
-        href = _attr(tag, "href")
-        if "canonical" in rel and href:
-            return _absolute_http(base, href)
-    return None
-
-
-def _links(soup: BeautifulSoup, base: str, max_links: int) -> tuple[str, ...]:
+def _links(hrefs: list[str], base: str, max_links: int) -> tuple[str, ...]:
     found: dict[str, None] = {}  # a dict keeps first-seen order and de-duplicates
-    for tag in soup.find_all(["a", "area"]):
-        href = _attr(tag, "href")
-        url = _absolute_http(base, href) if href else None
+    for href in hrefs:
+        url = _absolute_http(base, href)
         if url:
             found.setdefault(url)
             if len(found) >= max_links:
                 break
     return tuple(found)
-
-
-def _visible_text(soup: BeautifulSoup) -> str:
-    for tag in soup.find_all(_INVISIBLE_TAGS):
-        if isinstance(tag, Tag):
-            tag.decompose()
-    root = soup.body or soup
-    # get_text skips comments; the separator keeps words in adjacent elements apart.
-    return _collapse(root.get_text(" "))

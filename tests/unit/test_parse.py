@@ -171,3 +171,23 @@ def test_a_charset_naming_a_non_text_codec_is_ignored(label: str) -> None:
     body = b"<html><head><title>caf\xc3\xa9</title></head></html>"
     assert "café" in decode_html(body, f"text/html; charset={label}")
     assert "café" in decode_html(body.replace(b"<head>", f'<head><meta charset="{label}">'.encode()))
+
+
+def test_deeply_nested_markup_is_read_without_recursion() -> None:
+    depth = 5_000  # far past Python's recursion limit, should the parser keep that much nesting
+    html = "<html><body>" + "<div>" * depth + '<a href="/deep">deep</a>' + "</div>" * depth + "</body></html>"
+    page = parse_page(html, "http://x.example/")
+    assert page.links == ("http://x.example/deep",)
+    assert page.text == "deep"
+
+
+def test_only_the_first_of_each_field_counts_and_later_ones_do_not_override() -> None:
+    html = (
+        '<html lang="de"><head><base href="/one/"><base href="/two/"><title>First</title>'
+        '<meta name="keywords" content="k"><meta name="description" content="first">'
+        '<meta name="description" content="second"><link rel="canonical" href="c1">'
+        '<link rel="canonical" href="c2"></head><body><h1>A</h1><h1>B</h1><title>Late</title></body></html>'
+    )
+    page = parse_page(html, "http://x.example/page")
+    assert (page.base_url, page.title, page.description) == ("http://x.example/one/", "First", "first")
+    assert (page.canonical_url, page.lang, page.h1) == ("http://x.example/one/c1", "de", "A")
