@@ -198,10 +198,16 @@ class ResultStore:
         with db.translate(self.settings):
             try:
                 conn = self._connection()
+                # One executemany per statement: psycopg sends each group's rows in one
+                # pipeline instead of a round trip per row, and this thread, which every handler
+                # waits on, gives up the GIL once per group instead of once per row.
+                groups: dict[str, list[dict[str, Any]]] = {}
+                for pending in batch:
+                    for query, params in pending.statements:
+                        groups.setdefault(query, []).append(params)
                 with conn.transaction(), conn.cursor() as cur:
-                    for pending in batch:
-                        for query, params in pending.statements:
-                            cur.execute(query, params)
+                    for query, rows in groups.items():
+                        cur.executemany(query, rows)
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 self._conn = None  # reconnect for the next batch
                 raise

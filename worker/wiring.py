@@ -26,7 +26,7 @@ from worker.profiles import load_profiles
 from worker.proxies import Proxy, ProxyFailed, ProxyPool
 from worker.ratelimit import RateLimiter
 from worker.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
-from worker.store import ResultStore
+from worker.store import BATCH_ROWS, ResultStore
 
 R = TypeVar("R")
 
@@ -176,7 +176,9 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         cache=RedisCache(cache, settings.cache_fresh_s),
         gate=gate,
         robots=robots,
-        store=ResultStore(settings),
+        # Each handler thread waits for its own row, so once every thread has handed one in,
+        # no more can come: commit then instead of waiting out the batch window.
+        store=ResultStore(settings, batch_rows=min(BATCH_ROWS, settings.fetch_concurrency)),
         profiles=load_profiles(settings.extraction_profiles_file),
         delivery_limit=DeliveryLimit(client, keys, settings.crawl_namespace, settings.worker_id),
     )
