@@ -22,6 +22,7 @@ from producer.recrawl import PreviousRun
 from producer.routing import load_router
 from producer.sitemaps import SitemapReader
 from producer.sources import all_entries, check_url_files
+from producer.spread import spread_hosts
 from shared import broker
 from shared.errors import ConfigError
 from shared.keys import Keys
@@ -102,7 +103,8 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
                 previous_run=previous_run,
             )
             with stop_on_sigterm(stop):
-                counts = pipeline.run(all_entries(reader, options.sitemaps, options.sites, options.url_files))
+                entries = all_entries(reader, options.sitemaps, options.sites, options.url_files)
+                counts = pipeline.run(spread_hosts(entries, settings.host_spread_window))
         if counts.stopped_early:
             log.warning(
                 "run %s stopped before every input was read; run again with --run-id %s to finish it",

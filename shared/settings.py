@@ -80,6 +80,8 @@ class Settings:
     max_sitemap_depth: int = 3
     max_sitemap_bytes: int = 50 * 1024 * 1024  # decompressed, per sitemap file
     publish_batch_size: int = 500
+    # URLs read ahead and published one host at a time in turn (producer/spread.py); 0 = as read.
+    host_spread_window: int = 10_000
 
     # Operating.
     log_level: str = "INFO"
@@ -122,6 +124,8 @@ class Settings:
         for name in ("robots_ttl_s", "proxy_bench_s", "max_domain_pause_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name.upper()}: must be positive")
+        if self.host_spread_window < 0:
+            raise ConfigError(f"HOST_SPREAD_WINDOW: must be 0 or more, got {self.host_spread_window}")
         if self.cache_fresh_s < 0:
             raise ConfigError(f"CACHE_FRESH_S: must be 0 or more, got {self.cache_fresh_s}")
         if self.proxy_rotation not in ("round_robin", "random"):
