@@ -170,6 +170,9 @@ class Reservation:
     reason: str = "ok"  # refused: rate | paused | busy
     lease: str = ""  # the concurrency lease to give back; empty when none was taken
     backoff: float = 1.0  # the domain's current interval multiplier
+    # Due at once, and already recorded as sent (the clear_to_send check, folded in): the
+    # caller can send without asking again.
+    cleared: bool = False
 
 
 class DomainLimiter(Protocol):
@@ -225,7 +228,8 @@ class DomainGate:
             if reservation.wait_s > 0:
                 self._sleep(reservation.wait_s)
             # Requests leave a whole interval apart even when one of them woke late.
-            self._clear_to_send(domain, RATE_HEADROOM / rate * reservation.backoff)
+            if not reservation.cleared:
+                self._clear_to_send(domain, RATE_HEADROOM / rate * reservation.backoff)
             result = send()
         except Throttled as exc:
             self._throttled(domain, exc, rate)

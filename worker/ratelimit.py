@@ -17,7 +17,8 @@ The reservation script honours, in the same atomic step:
 A reserved slot says when to send; `clear_to_send`, just before sending, checks what actually
 went out (keys.sent): a request that woke late pushes the next one back by as much, instead of
 letting the two arrive closer together than the rate allows. It also reads the pause again, for
-a 429 that arrived while the caller slept.
+a 429 that arrived while the caller slept. A slot due at once needs no sleep, so the reservation
+makes that check itself (`Reservation.cleared`) and the request costs one script call.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ MAX_BACKOFF = 64.0  # the interval never stretches beyond this multiple
 BACKOFF_DECAY = 0.9  # each success multiplies the stretch by this
 BACKOFF_MEMORY_MS = 3_600_000  # an idle domain's backoff is forgotten after an hour
 
-# KEYS  1 TAT (µs of the server clock)  2 pause  3 backoff hash  4 inflight leases
+# KEYS  1 TAT (µs of the server clock)  2 pause  3 backoff hash  4 inflight leases  5 latest send
 # ARGV  1 emission interval µs (1e6 / rate)  2 burst tolerance µs  3 longest acceptable wait µs
 #       4 concurrency cap (0 = none)  5 lease length µs after the wait  6 lease id
-# Returns {reserved 0|1, wait µs, reason, backoff multiplier}. Refused reservations write
-# nothing. Numbers leave Lua truncated to integers, and tostring() keeps 14 digits only, so
+# Returns {reserved 0|1, wait µs, reason, backoff multiplier, cleared 0|1}. Refused
+# reservations write nothing. A slot due at once also gets the clear-to-send check below, in
+# the same call, with the (stretched) interval as the spacing: cleared=1 means it is recorded
+# as sent, saving the caller a second round trip on most requests. Numbers leave Lua truncated to integers, and tostring() keeps 14 digits only, so
 # large numbers are formatted with %.0f.
 _RESERVE_LUA = """
 local clock = redis.call('TIME')
@@ -96,7 +99,15 @@ if cap > 0 then
     redis.call('PEXPIRE', KEYS[4], lease_ms)
   end
 end
-return {1, math.ceil(wait), 'ok', tostring(multiplier)}
+local cleared = 0
+if wait <= 0 then
+  local due = tonumber(redis.call('GET', KEYS[5]) or '0') + interval
+  if now >= due then
+    redis.call('SET', KEYS[5], string.format('%.0f', now), 'PX', math.ceil(interval / 1000) + 1)
+    cleared = 1
+  end
+end
+return {1, math.ceil(wait), 'ok', tostring(multiplier), cleared}
 """
 
 # KEYS 1 latest send (µs)  2 pause   ARGV 1 least spacing µs
@@ -213,15 +224,17 @@ class RateLimiter:
             self._keys.pause(domain),
             self._keys.backoff(domain),
             self._keys.inflight(domain),
+            self._keys.sent(domain),
         ]
         with translate_redis_errors(self._client):
-            reserved, wait_us, reason, multiplier = self._reserve(keys=keys, args=args)
+            reserved, wait_us, reason, multiplier, *cleared = self._reserve(keys=keys, args=args)
         reservation = Reservation(
             wait_s=int(wait_us) / 1_000_000,
             reserved=bool(reserved),
             reason=_text(reason),
             lease=lease if reserved else "",
             backoff=float(_text(multiplier)),
+            cleared=bool(cleared and cleared[0]),
         )
         if not reservation.reserved:
             log.debug(

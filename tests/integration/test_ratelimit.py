@@ -92,9 +92,28 @@ def test_a_wait_over_the_limit_reserves_nothing(limiter: RateLimiter) -> None:
     accepted = limiter.reserve("slow.example", 1.0, max_wait_s=5.0)
     assert accepted.reserved
     assert accepted.wait_s == pytest.approx(1.0, abs=0.05)
-    assert limiter.reserve("slow.example", 1.0, max_wait_s=5.0).wait_s == pytest.approx(
-        2.0, abs=0.05
-    )
+    assert limiter.reserve("slow.example", 1.0, max_wait_s=5.0).wait_s == pytest.approx(2.0, abs=0.05)
+
+
+def test_a_slot_due_at_once_is_cleared_to_send_in_the_same_call(limiter: RateLimiter) -> None:
+    first = limiter.reserve("clear.example", 1.0, max_wait_s=5.0)
+    assert (first.wait_s, first.reserved, first.cleared) == (0.0, True, True)
+    # Recorded as sent: an immediate clear_to_send must wait out the spacing.
+    cleared, wait_s, reason = limiter.clear_to_send("clear.example", 1.0)
+    assert (cleared, reason) == (False, "spacing")
+    assert wait_s == pytest.approx(1.0, abs=0.05)
+    # A slot in the future is not cleared: its caller sleeps, then asks.
+    later = limiter.reserve("clear.example", 1.0, max_wait_s=5.0)
+    assert later.reserved and not later.cleared and later.wait_s == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_burst_slot_is_not_cleared_before_the_spacing_since_the_last_send(limiter: RateLimiter) -> None:
+    # Burst lets the reservations through at once, but the requests themselves still leave an
+    # interval apart: the second one must go through clear_to_send and wait.
+    first = limiter.reserve("spaced.example", 2.0, 3, max_wait_s=5.0)
+    second = limiter.reserve("spaced.example", 2.0, 3, max_wait_s=5.0)
+    assert (first.wait_s, first.cleared) == (0.0, True)
+    assert (second.wait_s, second.cleared) == (0.0, False)
 
 
 def test_domains_are_independent(limiter: RateLimiter) -> None:

@@ -155,6 +155,14 @@ def gate_with(limiter: FakeLimiter, settings: Settings = SETTINGS) -> tuple[Doma
     ), fake
 
 
+def test_a_slot_already_cleared_by_the_reservation_is_sent_without_asking_again() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True, lease="L", cleared=True))
+    gate, fake = gate_with(limiter)
+    assert gate.call("a.example", lambda: "body") == "body"
+    assert limiter.spacings == []  # no clear_to_send round trip
+    assert (limiter.released, fake.slept) == (["L"], [])
+
+
 def test_a_granted_slot_is_waited_for_then_sent_then_released() -> None:
     limiter = FakeLimiter(Reservation(0.4, True, lease="L"))
     gate, fake = gate_with(limiter)
