@@ -9,10 +9,9 @@ its row (`writes` counts how often) instead of adding one.
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +120,11 @@ class ResultStore:
         self.settings = settings
         self.batch_rows = batch_rows
         self.batch_wait_s = batch_wait_s
-        self._pending: queue.Queue[_Pending | None] = queue.Queue()
+        # Handlers append; the writer takes whole batches. Two events instead of a queue.Queue:
+        # a queue wakes the writer for every row, and each wake costs both threads a GIL handoff.
+        self._pending: collections.deque[_Pending | None] = collections.deque()
+        self._arrived = threading.Event()  # rows are waiting (or the stop mark)
+        self._batch_full = threading.Event()  # a whole batch is waiting: no need to wait for more
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
@@ -140,7 +143,7 @@ class ResultStore:
         with self._writer_lock:
             writer, self._writer = self._writer, None
         if writer is not None:
-            self._pending.put(None)
+            self._hand_in(None)
             writer.join(timeout=30)
         if self._conn is not None:
             self._conn.close()
@@ -149,7 +152,7 @@ class ResultStore:
     def _submit(self, *statements: tuple[str, dict[str, Any]]) -> None:
         self._ensure_writer()
         pending = _Pending(list(statements))
-        self._pending.put(pending)
+        self._hand_in(pending)
         pending.done.wait()
         if pending.error is not None:
             raise pending.error
@@ -160,23 +163,37 @@ class ResultStore:
                 self._writer = threading.Thread(target=self._write_batches, name="result-writer", daemon=True)
                 self._writer.start()
 
+    def _hand_in(self, item: _Pending | None) -> None:
+        self._pending.append(item)
+        if item is None or len(self._pending) >= self.batch_rows:
+            self._batch_full.set()
+        if not self._arrived.is_set():
+            self._arrived.set()
+
     def _write_batches(self) -> None:
         while True:
-            first = self._pending.get()
-            if first is None:
-                return
-            batch = [first]
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(batch) < self.batch_rows:
-                try:
-                    item = self._pending.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
+            self._arrived.wait()
+            # Rows arriving meanwhile share the transaction, unless a whole batch is already here.
+            self._batch_full.wait(self.batch_wait_s)
+            # Cleared before taking rows: a row handed in after this sets them again.
+            self._arrived.clear()
+            self._batch_full.clear()
+            batch: list[_Pending] = []
+            stopping = False
+            while self._pending and len(batch) < self.batch_rows:
+                item = self._pending.popleft()
                 if item is None:
-                    self._pending.put(None)  # stop after this batch
+                    stopping = True
                     break
                 batch.append(item)
-            self._write(batch)
+            if self._pending:  # more than a batch was waiting
+                self._arrived.set()
+                if len(self._pending) >= self.batch_rows:
+                    self._batch_full.set()
+            if batch:
+                self._write(batch)
+            if stopping:
+                return
 
     def _write(self, batch: list[_Pending]) -> None:
         try:

@@ -104,6 +104,23 @@ def test_one_bad_row_does_not_fail_the_rows_batched_with_it(settings: Settings) 
     assert count(settings, "SELECT count(*) FROM pages") == 3
 
 
+@pytest.mark.timeout(30)
+def test_a_full_batch_commits_without_waiting_out_the_window(settings: Settings) -> None:
+    db.ensure_schema(settings)
+    # A window far past the test's timeout: only full batches can get these rows committed.
+    store = ResultStore(settings, batch_rows=5, batch_wait_s=3600)
+    threads = [
+        threading.Thread(target=store.save_page, args=(page(f"http://a.test/{i}", f"t{i}"),))
+        for i in range(25)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert count(settings, "SELECT count(*) FROM pages") == 25
+    store.close()
+
+
 def test_nul_characters_from_hostile_pages_are_dropped(settings: Settings, store: ResultStore) -> None:
     store.save_page(dataclasses.replace(page("http://a.test/nul", "a\x00b"), links=["http://a.test/\x00"]))
     with db.connect(settings, autocommit=True) as conn:
