@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-from bs4 import BeautifulSoup, CData, NavigableString, Tag
+from bs4 import BeautifulSoup, Tag
+from bs4.element import CData, NavigableString
 
 from shared.errors import PermanentError
 
@@ -162,7 +163,7 @@ class _Scan:
                 shows = (visible or child is text_root) and child.name not in _INVISIBLE_TAGS
                 stack.append((iter(child.contents), in_svg or child.name == "svg", shows))
             elif visible and type(child) in _TEXT_STRINGS:
-                self.text.append(child)
+                self.text.append(str(child))
 
     def _read(self, tag: Tag, in_svg: bool) -> None:
         name = tag.name

@@ -46,8 +46,9 @@ BACKOFF_MEMORY_MS = 3_600_000  # an idle domain's backoff is forgotten after an 
 # Returns {reserved 0|1, wait µs, reason, backoff multiplier, cleared 0|1}. Refused
 # reservations write nothing. A slot due at once also gets the clear-to-send check below, in
 # the same call, with the (stretched) interval as the spacing: cleared=1 means it is recorded
-# as sent, saving the caller a second round trip on most requests. Numbers leave Lua truncated to integers, and tostring() keeps 14 digits only, so
-# large numbers are formatted with %.0f.
+# as sent, saving the caller a second round trip on most requests. Numbers leave Lua
+# truncated to integers, and tostring() keeps 14 digits only, so large numbers are formatted
+# with %.0f.
 _RESERVE_LUA = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])

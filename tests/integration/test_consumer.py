@@ -29,8 +29,9 @@ def publish_tasks(settings: Settings, kind: str, bodies: list[bytes], priority: 
     for body in bodies:
         broker.publish(
             channel,
-            broker.Publication(work_exchange(settings.crawl_namespace), new_task_routing_key(kind), body,
-                               priority=priority),
+            broker.Publication(
+                work_exchange(settings.crawl_namespace), new_task_routing_key(kind), body, priority=priority
+            ),
         )
     connection.close()
 
@@ -42,9 +43,12 @@ def depth(settings: Settings, queue: str) -> int:
     return ready
 
 
-def consume_in_thread(settings: Settings, subscriptions: list[Subscription],
-                      handler: Callable[[Delivery], Outcome], concurrency: int = 2,
-                      ) -> tuple[threading.Event, threading.Thread]:
+def consume_in_thread(
+    settings: Settings,
+    subscriptions: list[Subscription],
+    handler: Callable[[Delivery], Outcome],
+    concurrency: int = 2,
+) -> tuple[threading.Event, threading.Thread]:
     stop = threading.Event()
     thread = threading.Thread(
         target=run_consumers,
