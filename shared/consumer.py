@@ -13,6 +13,7 @@ has already requeued everything unacked, so outcomes from an older generation ar
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -118,6 +119,12 @@ class ConsumerRuntime:
         self._unsettled: set[int] = set()  # delivery tags of this generation not yet settled
         self._busy = 0
         self._busy_lock = threading.Lock()
+        # Outcomes handed back by handler threads, settled on the connection's thread. One wake
+        # of that thread settles all that are waiting: a wake per outcome costs a pipe write and
+        # a GIL handoff each. The loop also settles them every POLL_S, so none can be stranded
+        # by a wake that went to a connection that has since closed.
+        self._settled: collections.deque[tuple[int, int, Outcome]] = collections.deque()
+        self._settled_lock = threading.Lock()
 
     # ---- the connection's thread ------------------------------------------------------------
 
@@ -140,6 +147,7 @@ class ConsumerRuntime:
                 backoff = 1.0
                 while not self.stop_event.is_set():
                     self._connection.process_data_events(time_limit=POLL_S)
+                    self._settle_waiting()
                 self._drain()
             except RECOVERABLE as exc:
                 if not ever_connected:
@@ -206,6 +214,12 @@ class ConsumerRuntime:
             )
         )
 
+    def _settle_waiting(self) -> None:
+        with self._settled_lock:
+            waiting, self._settled = self._settled, collections.deque()
+        for generation, tag, outcome in waiting:
+            self._settle(generation, tag, outcome)
+
     def _settle(self, generation: int, tag: int, outcome: Outcome) -> None:
         if generation != self._generation or tag not in self._unsettled:
             return  # from a closed channel: the broker has requeued it already
@@ -235,6 +249,7 @@ class ConsumerRuntime:
         deadline = time.monotonic() + min(self.settings.fetch_deadline_s + 5, MAX_DRAIN_S)
         while self._unsettled and time.monotonic() < deadline:
             self._connection.process_data_events(time_limit=POLL_S)
+            self._settle_waiting()
         if self._unsettled:
             log.warning(
                 "%s stopping with %d unfinished messages; the broker will redeliver them",
@@ -292,11 +307,13 @@ class ConsumerRuntime:
         connection = self._connection
         if connection is None:
             return
-        # If the connection closed meanwhile, the broker requeues the message by itself.
-        with contextlib.suppress(*broker.CONNECTION_ERRORS):
-            connection.add_callback_threadsafe(
-                functools.partial(self._settle, item.generation, item.tag, outcome)
-            )
+        with self._settled_lock:
+            first = not self._settled
+            self._settled.append((item.generation, item.tag, outcome))
+        if first:  # otherwise a wake is already on its way
+            # If the connection closed meanwhile, the broker requeues the message by itself.
+            with contextlib.suppress(*broker.CONNECTION_ERRORS):
+                connection.add_callback_threadsafe(self._settle_waiting)
 
 
 def run_consumers(
