@@ -10,13 +10,17 @@ faster and gentler on each site.
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from producer.sitemaps import SitemapEntry
 
 DEFAULT_WINDOW = 10_000  # URLs held at once: a few MB, and about half a second of publishing
+# A slow source (a sitemap server that takes its time) must not hold URLs back for long: the
+# window is let go once it has been filling this long, full or not.
+MAX_HOLD_S = 1.0
 
 
 def host_of(url: str) -> str:
@@ -26,18 +30,28 @@ def host_of(url: str) -> str:
         return ""
 
 
-def spread_hosts(entries: Iterable[SitemapEntry], window: int = DEFAULT_WINDOW) -> Iterator[SitemapEntry]:
-    """`entries` in turns of one URL per host, within windows of `window` entries; each host's
-    URLs keep their order. A window of 1 or less leaves the order alone."""
+def spread_hosts(
+    entries: Iterable[SitemapEntry],
+    window: int = DEFAULT_WINDOW,
+    max_hold_s: float = MAX_HOLD_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[SitemapEntry]:
+    """`entries` in turns of one URL per host, within windows of up to `window` entries that
+    are let go when full or when an entry arrives `max_hold_s` after the window began; each
+    host's URLs keep their order. A window of 1 or less leaves the order alone."""
     if window <= 1:
         yield from entries
         return
     by_host: dict[str, deque[SitemapEntry]] = {}
     held = 0
+    began = 0.0
     for entry in entries:
+        now = clock()
+        if held == 0:
+            began = now
         by_host.setdefault(host_of(entry.url), deque()).append(entry)
         held += 1
-        if held >= window:
+        if held >= window or now - began >= max_hold_s:
             yield from _in_turns(by_host)
             by_host, held = {}, 0
     yield from _in_turns(by_host)

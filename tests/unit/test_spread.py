@@ -51,6 +51,26 @@ def test_turns_are_taken_within_each_window() -> None:
     ]
 
 
+def test_a_window_filling_slowly_is_let_go_after_the_hold_time() -> None:
+    arrivals = iter([0.0, 0.1, 5.0, 5.1, 5.2])  # the third URL came after a slow fetch
+    given_order = entries(
+        "http://a.example/1",
+        "http://a.example/2",
+        "http://b.example/1",
+        "http://b.example/2",
+        "http://c.example/1",
+    )
+    spread = spread_hosts(given_order, window=100, max_hold_s=1.0, clock=lambda: next(arrivals))
+    # The first window ends with b/1, which arrived 5 s after it began; the rest is the next window.
+    assert urls(list(spread)) == [
+        "http://a.example/1",
+        "http://b.example/1",
+        "http://a.example/2",
+        "http://b.example/2",
+        "http://c.example/1",
+    ]
+
+
 @pytest.mark.parametrize("window", [0, 1])
 def test_a_window_of_one_or_less_keeps_the_order(window: int) -> None:
     given_order = entries("http://a.example/1", "http://a.example/2", "http://b.example/1")
