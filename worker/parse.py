@@ -26,6 +26,10 @@ _INVISIBLE_TAGS = frozenset({"script", "style", "noscript", "template"})
 _FIELD_TAGS = frozenset({"a", "area", "base", "h1", "html", "link", "meta", "title"})
 # What get_text() would join: not comments, doctypes, declarations or processing instructions.
 _TEXT_STRINGS = frozenset({NavigableString, CData})
+# A path from the site's root that needs no resolving: no "//" authority, query, fragment,
+# parameters (";", which urljoin re-assembles), backslash, space, control or non-ASCII
+# character, and (checked apart) no dot segment.
+_PLAIN_PATH = re.compile(r"/(?!/)[A-Za-z0-9\-._~%!$&'()*+,=:@/]*")
 
 # The HTML standard looks for a <meta charset> in the first 1024 bytes only.
 _META_PRESCAN_BYTES = 1024
@@ -212,6 +216,15 @@ def _attr(tag: object, name: str) -> str | None:
     return value.strip() or None
 
 
+def _origin(base: str) -> str | None:
+    """'http://host:port' of an http(s) base URL, else None."""
+    try:
+        parts = urlsplit(base)
+    except ValueError:
+        return None
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") and parts.netloc else None
+
+
 def _absolute_http(base: str, href: str) -> str | None:
     """`href` resolved against `base`, fragment dropped; None unless it is an http(s) URL."""
     try:
@@ -226,8 +239,11 @@ def _absolute_http(base: str, href: str) -> str | None:
 
 def _links(hrefs: list[str], base: str, max_links: int) -> tuple[str, ...]:
     found: dict[str, None] = {}  # a dict keeps first-seen order and de-duplicates
+    origin = _origin(base)
     for href in hrefs:
-        url = _absolute_http(base, href)
+        # Most links are plain site-absolute paths, which urljoin would only append to the origin.
+        url = origin + href if origin and _PLAIN_PATH.fullmatch(href) and "/." not in href else None
+        url = url or _absolute_http(base, href)
         if url:
             found.setdefault(url)
             if len(found) >= max_links:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import codecs
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from worker.parse import decode_html, parse_page
+from worker.parse import _absolute_http, _links, decode_html, parse_page
 
 pytestmark = pytest.mark.unit
 
@@ -191,3 +193,19 @@ def test_only_the_first_of_each_field_counts_and_later_ones_do_not_override() ->
     page = parse_page(html, "http://x.example/page")
     assert (page.base_url, page.title, page.description) == ("http://x.example/one/", "First", "first")
     assert (page.canonical_url, page.lang, page.h1) == ("http://x.example/one/c1", "de", "A")
+
+
+@given(
+    st.text(alphabet="/.?#;:@%-_~!$&'()*+,=abcAB09 \t\\é", max_size=20).map(lambda tail: "/" + tail),
+    st.sampled_from(
+        [
+            "http://x.example/dir/page",
+            "https://u:p@x.example:8443/a/b/",
+            "http://[::1]:80/",
+            "http://x.example",
+        ]
+    ),
+)
+def test_the_plain_path_shortcut_resolves_links_as_urljoin_does(href: str, base: str) -> None:
+    expected = _absolute_http(base, href)
+    assert _links([href], base, max_links=10) == ((expected,) if expected else ())
