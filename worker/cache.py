@@ -31,6 +31,7 @@ import redis
 from shared.keys import Keys
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
+from worker.deferred_writes import write_later
 from worker.fetch import FetchResult, Validators, is_html
 from worker.parse import decode_html
 
@@ -121,7 +122,9 @@ class ResponseCache:
         value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + zlib.compress(result.body, 6)
         key = self._keys.cache(fingerprint_hex)
         with translate_redis_errors(self._client):
-            self._client.set(key, value, px=self._ttl_ms)
+            # Nothing waits for this write: with a DeferringRedis it rides along with the
+            # thread's next command.
+            write_later(self._client, "SET", key, value, "PX", self._ttl_ms)
         return True
 
     def _cacheable(self, result: FetchResult) -> bool:

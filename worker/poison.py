@@ -39,6 +39,7 @@ from shared.keys import Keys
 from shared.messages import REPLAY_HEADER, CrawlTask, Failure, Progress
 from shared.redis_errors import translate_redis_errors
 from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
+from worker.deferred_writes import flush, write_later
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +141,11 @@ class DeliveryLimit:
             )
 
     def unmark_handling(self, delivery: Delivery) -> None:
+        """The last Redis write of a handling: it carries any writes held for it (the cache
+        entry) in the same round trip."""
         with translate_redis_errors(self._client):
-            self._client.delete(self._keys.handling(message_fingerprint(delivery)))
+            write_later(self._client, "DEL", self._keys.handling(message_fingerprint(delivery)))
+            flush(self._client)
 
 
 def _url_of(body: bytes) -> str:

@@ -18,6 +18,7 @@ from shared.settings import Settings
 from shared.topology import build_topology
 from shared.urls import fingerprint
 from worker.cache import ResponseCache
+from worker.deferred_writes import DeferringRedis
 from worker.fetch import Fetcher, FetchResult, Validators
 from worker.handler import CacheEntry, CrawlHandler, Fetch, Response
 from worker.poison import DeliveryLimit
@@ -34,7 +35,7 @@ GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def connect_redis(settings: Settings) -> redis.Redis:
-    client = redis.Redis.from_url(
+    client = DeferringRedis.from_url(
         settings.redis_url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=10
     )
     with translate_redis_errors(settings.redis_url):

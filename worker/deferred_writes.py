@@ -1,0 +1,85 @@
+"""Redis writes that nobody waits for, sent in the same round trip as the thread's next command.
+
+A page costs a handler Redis writes whose replies it never reads, such as the cache entry
+after the fetch and the removal of the "handling" marker (worker/poison.py) at the end. Each
+was a round trip of its own, and each round trip a handler thread makes is a system call, a
+wait and a GIL handoff. `defer()` holds such a write for the calling thread; the thread's next
+command carries it along in one pipeline, in order, ahead of itself, and `flush()` sends what
+is held when no command follows.
+
+Only writes whose moment does not matter may be deferred: the marker that must exist *before*
+a fetch is written at once. A held write that fails is logged and dropped: a missing cache
+entry costs a refetch, a marker left behind expires by itself. If the round trip itself fails
+(Redis unreachable), the held writes are lost with it and the caller's command fails as it
+would have alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+
+log = logging.getLogger(__name__)
+
+
+class DeferringRedis(redis.Redis):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held = threading.local()
+
+    def defer(self, *command: Any) -> None:
+        """Hold a write, e.g. defer("SET", key, value, "PX", 1000), for this thread's next command."""
+        self._writes().append(command)
+
+    def flush(self) -> None:
+        """Send this thread's held writes now, if any."""
+        if self._writes():
+            self._send_with_held(None)
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        if not self._writes():
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        return self._send_with_held((args, options))
+
+    def _writes(self) -> list[tuple[Any, ...]]:
+        writes: list[tuple[Any, ...]] | None = getattr(self._held, "writes", None)
+        if writes is None:
+            writes = self._held.writes = []
+        return writes
+
+    def _send_with_held(self, command: tuple[tuple[Any, ...], dict[str, Any]] | None) -> Any:
+        writes = self._writes()
+        held, writes[:] = list(writes), []
+        pipe = self.pipeline(transaction=False)
+        for write in held:
+            pipe.execute_command(*write)  # type: ignore[no-untyped-call]
+        if command is not None:
+            args, options = command
+            pipe.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        replies = pipe.execute(raise_on_error=False)
+        for write, reply in zip(held, replies, strict=False):
+            if isinstance(reply, Exception):
+                log.warning("deferred Redis %s failed: %s", write[0], reply)
+        if command is None:
+            return None
+        reply = replies[-1]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+def write_later(client: redis.Redis, *command: Any) -> None:
+    """`command` deferred when the client can hold it, else sent now."""
+    if isinstance(client, DeferringRedis):
+        client.defer(*command)
+    else:
+        client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
+def flush(client: redis.Redis) -> None:
+    """Send what this thread holds, when the client holds writes at all."""
+    if isinstance(client, DeferringRedis):
+        client.flush()
