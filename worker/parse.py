@@ -124,6 +124,10 @@ def _parse(html: str | bytes, base_url: str, max_text_chars: int, max_links: int
     soup = BeautifulSoup(html, "lxml", multi_valued_attributes=None)
     scan = _Scan()
     scan.walk(soup, soup.body or soup)
+    # A soup is a web of parent and sibling references: dropped as it is, only the cyclic
+    # garbage collector frees it, and dead soups pile up in memory between its full passes.
+    # Taken apart now, it is freed at once.
+    soup.decompose()
     base = (_absolute_http(base_url, scan.base_href) if scan.base_href else None) or base_url
     return ParsedPage(
         base_url=base,
