@@ -374,10 +374,16 @@ class GuardedAdapter(requests.adapters.HTTPAdapter):
     the target's name is resolved and judged here before the request goes out.
     """
 
-    def __init__(self, guard: AddressGuard, open_socket: SocketOpener = create_connection) -> None:
+    def __init__(
+        self,
+        guard: AddressGuard,
+        open_socket: SocketOpener = create_connection,
+        pool_hosts: int = requests.adapters.DEFAULT_POOLSIZE,
+        pool_size: int = requests.adapters.DEFAULT_POOLSIZE,
+    ) -> None:
         self.guard = guard
         self._connector = _Connector(guard, open_socket)  # before super(): it builds the pools
-        super().__init__()
+        super().__init__(pool_connections=pool_hosts, pool_maxsize=pool_size)
 
     def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **kwargs: Any) -> None:
         self._pool_connections, self._pool_maxsize, self._pool_block = connections, maxsize, block
@@ -404,15 +410,18 @@ def guarded_session(
     *,
     resolver: Resolver = system_resolver,
     open_socket: SocketOpener = create_connection,
+    pool_hosts: int = requests.adapters.DEFAULT_POOLSIZE,
+    pool_size: int = requests.adapters.DEFAULT_POOLSIZE,
 ) -> requests.Session:
     """A requests.Session that refuses blocked addresses (BLOCK_PRIVATE_ADDRESSES,
     FETCH_ALLOWLIST) on every connection, redirects included.
 
     Proxy settings in the environment are ignored: a proxy would make the connection instead of
-    us. `resolver` and `open_socket` are seams for tests.
+    us. It keeps connections to the `pool_hosts` hosts used last, up to `pool_size` idle ones
+    each. `resolver` and `open_socket` are seams for tests.
     """
     guard = AddressGuard(AddressPolicy.from_settings(settings), resolver)
-    adapter = GuardedAdapter(guard, open_socket)
+    adapter = GuardedAdapter(guard, open_socket, pool_hosts, pool_size)
     session = requests.Session()
     session.trust_env = False
     session.mount("http://", adapter)

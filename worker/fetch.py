@@ -230,7 +230,7 @@ def judge_page(response: requests.Response, conditional: bool) -> Verdict:
 
 
 class Fetcher:
-    """Fetches URLs for one thread through one pooled session."""
+    """Fetches URLs through one pooled session, which the threads of a worker share."""
 
     def __init__(
         self,
@@ -245,7 +245,7 @@ class Fetcher:
         # Proxies are chosen per request from PROXIES; a stray HTTP_PROXY in the environment
         # must not route traffic elsewhere.
         self._session.trust_env = False
-        # One session serves every site for the thread's whole life: a cookie jar would grow
+        # One session serves every site for the worker's whole life: a cookie jar would grow
         # without bound and carry state from one unrelated fetch into the next.
         self._session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
