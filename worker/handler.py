@@ -108,7 +108,7 @@ class Store(Protocol):
 class CrawlHandler:
     settings: Settings
     topology: Topology
-    fetch_for_thread: Callable[[], Fetch]  # one fetcher (HTTP session) per handler thread
+    fetch_for_thread: Callable[[], Fetch]  # the fetcher a handler thread uses (may be shared)
     cache: Cache
     gate: Gate
     robots: Robots
