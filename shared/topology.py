@@ -31,6 +31,13 @@ POISON_DELIVERY_LIMIT = 5
 # The broker's own bound on quorum queues counts every redelivery, the innocent messages a dead
 # worker held in its prefetch buffer too, so it is only a backstop, well above the worker's.
 QUORUM_DELIVERY_LIMIT = 4 * POISON_DELIVERY_LIMIT
+# Every classic queue is declared as version 2 and lazy: messages go straight to the queue's own
+# store instead of also being kept in memory and journalled per message by the version-1 index.
+# With the producer publishing persistent messages faster than workers take them, RabbitMQ 3.10
+# spent about 100 µs of CPU per message on a default classic queue and about 40 µs on a lazy v2
+# one. RabbitMQ 3.12 and later behave this way anyway and ignore the mode. Arguments cannot
+# change on an existing queue: a namespace declared before needs its queues deleted first.
+CLASSIC_QUEUE_ARGUMENTS: dict[str, Any] = {"x-queue-version": 2, "x-queue-mode": "lazy"}
 
 
 def work_exchange(ns: str) -> str:
@@ -108,9 +115,12 @@ def build_topology(settings: Settings) -> Topology:
     dlx = dead_letter_exchange(ns)
     delays_ms = tuple(sorted({int(s * 1000) for s in (*settings.retry_delays_s, *DEFERRAL_DELAYS_S)}))
 
+    def classic(args: dict[str, Any]) -> dict[str, Any]:
+        return {**args, **CLASSIC_QUEUE_ARGUMENTS}
+
     def replicated(args: dict[str, Any]) -> dict[str, Any]:
         if settings.queue_type != "quorum":
-            return args
+            return classic(args)
         args = {**args, "x-queue-type": "quorum"}
         if "x-dead-letter-exchange" in args:
             # Quorum queues dead-letter at most once by default: a message expiring while the
@@ -124,7 +134,7 @@ def build_topology(settings: Settings) -> Topology:
         Queue(
             work_queue(ns, "priority"),
             # Message priorities need a classic queue on RabbitMQ before 4.3.
-            {"x-max-priority": MAX_MESSAGE_PRIORITY, "x-dead-letter-exchange": dlx},
+            classic({"x-max-priority": MAX_MESSAGE_PRIORITY, "x-dead-letter-exchange": dlx}),
             ((work_exchange(ns), "*.priority"),),
         ),
         Queue(
