@@ -89,9 +89,12 @@ return #KEYS - 1
 """
 
 
+BUCKET_BYTES = 2  # of a fingerprint, naming its hash; the rest is the field
+
+
 def split_fingerprint(fp: bytes) -> tuple[str, bytes]:
     """(bucket as 4 hex digits, field): the first 2 bytes pick one of 65,536 hashes."""
-    return fp[:2].hex(), fp[2:]
+    return fp[:BUCKET_BYTES].hex(), fp[BUCKET_BYTES:]
 
 
 @contextlib.contextmanager
@@ -133,6 +136,8 @@ class Dedup:
         self._keys = keys
         self._run_id = run_id
         self._lease_s = lease_s
+        # The key of each bucket's hash, made once: every batch names hundreds of them.
+        self._bucket_keys: dict[bytes, str] = {}
         # register_script loads once and calls by EVALSHA, reloading on NOSCRIPT.
         self._claim = client.register_script(CLAIM_SCRIPT)
         self._confirm = client.register_script(CONFIRM_SCRIPT)
@@ -169,8 +174,11 @@ class Dedup:
     def _locate(self, fingerprints: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
         keys: list[str] = []
         fields: list[bytes] = []
+        bucket_keys = self._bucket_keys
         for fp in fingerprints:
-            bucket, field = split_fingerprint(fp)
-            keys.append(self._keys.seen(self._run_id, bucket))
-            fields.append(field)
+            key = bucket_keys.get(fp[:BUCKET_BYTES])
+            if key is None:
+                key = bucket_keys[fp[:BUCKET_BYTES]] = self._keys.seen(self._run_id, split_fingerprint(fp)[0])
+            keys.append(key)
+            fields.append(fp[BUCKET_BYTES:])
         return keys, fields

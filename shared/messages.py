@@ -2,21 +2,25 @@
 
 A task body never changes once published. What changes as a URL moves through retries and
 dead-lettering travels in headers of our own (no ``x-`` prefix: since RabbitMQ 3.13 the broker
-owns those). A body that does not decode raises DecodeError, which dead-letters the message
-instead of crash-looping it.
+owns those); the producer's first publish carries none, which reads as a fresh URL. A body that
+does not decode raises DecodeError, which dead-letters the message instead of crash-looping it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import DecodeError
 
 QUEUE_KINDS = ("priority", "ttl", "bulk")
+# One encoder for every task body: json.dumps with any option builds a new encoder per call.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+_json_string = json.encoder.encode_basestring_ascii  # the C function json.dumps uses for str
 
 # Our own headers.
 ATTEMPT_HEADER = "crawl-attempt"  # failed attempts so far; crashes and deferrals do not count
@@ -45,7 +49,24 @@ class CrawlTask:
     recrawl_of: str | None = None  # the earlier run this recrawl compares its pages with
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        """Compact JSON of the fields in declaration order, as json.dumps of asdict() gives it.
+
+        Spelt out field by field: the producer encodes every URL it publishes, and json.dumps
+        took a quarter of its loop. A unit test holds the two to the same bytes; numbers that
+        JSON spells unlike Python (NaN, true) and values of other types take json's own way.
+        """
+        if _plain(self.priority) and _plain(self.sitemap_priority) and _plain(self.enqueued_at):
+            try:
+                return (
+                    f'{{"url":{_text(self.url)},"run_id":{_text(self.run_id)},"queue":{_text(self.queue)},'
+                    f'"priority":{_number(self.priority)},"lastmod":{_text(self.lastmod)},'
+                    f'"changefreq":{_text(self.changefreq)},"sitemap_priority":{_number(self.sitemap_priority)},'
+                    f'"source":{_text(self.source)},"enqueued_at":{_number(self.enqueued_at)},'
+                    f'"recrawl_of":{_text(self.recrawl_of)}}}'
+                ).encode()
+            except TypeError:  # a text field holding something else
+                pass
+        return _COMPACT_JSON.encode(vars(self)).encode()
 
     @classmethod
     def decode(cls, body: bytes) -> CrawlTask:
@@ -131,6 +152,20 @@ class Failure:
             origin_queue=_as_str(headers.get(ORIGIN_HEADER)),
             worker_id=_as_str(headers.get(WORKER_HEADER)),
         )
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else _json_string(value)
+
+
+def _number(value: float | None) -> str:
+    return "null" if value is None else repr(value)
+
+
+def _plain(number: float | None) -> bool:
+    """JSON spells it as Python's repr() does (not a bool, NaN or infinity)."""
+    kind = type(number)
+    return kind is int or number is None or (kind is float and math.isfinite(number))
 
 
 def _as_int(value: Any) -> int:

@@ -11,6 +11,7 @@ address has one spelling for dedup and for the address guard (shared/netguard.py
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -36,6 +37,16 @@ _HOST = re.compile(r"(?:[a-z0-9_-]+\.)*[a-z0-9_-]+\.?|\[[0-9a-f:.]+\]")
 # inet_aton read it), never a name: no top-level domain is numeric.
 _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*", re.IGNORECASE)
 _IPV4_PARTS_MAX = 4
+# A URL already in canonical form, as most sitemap URLs are: lower-case http(s), a host of
+# lower-case letters, digits and inner hyphens, a port without leading zeros, and a path of
+# unreserved characters; no query, fragment, percent sign, user info or empty host label. For
+# these `canonicalize` skips w3lib, which would come to the same result after about 25 µs of
+# work; a unit test checks on generated URLs that both ways agree.
+_PLAIN_URL = re.compile(
+    r"(https?)://((?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)"
+    r"(?::([1-9][0-9]{0,4}))?(/[A-Za-z0-9._~/-]*)?"
+)
+_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")  # '.' and '..' segments, which the full way resolves
 
 
 class InvalidURL(PermanentError):
@@ -56,6 +67,10 @@ def canonicalize(url: str) -> str:
     if not isinstance(url, str):
         raise InvalidURL("not a string")
     url = url.strip()
+    return _plain_canonical(url) or _canonicalize_in_full(url)
+
+
+def _canonicalize_in_full(url: str) -> str:
     _check_text(url)
     parts = _split(url)
     try:
@@ -67,6 +82,36 @@ def canonicalize(url: str) -> str:
     if len(result) > MAX_URL_CHARS:
         raise InvalidURL(f"longer than {MAX_URL_CHARS} characters once percent-encoded")
     return result
+
+
+def _plain_canonical(url: str) -> str | None:
+    """The canonical form of a URL that needs no more than its default port dropped or an empty
+    path made '/', or None when it may need more (or is invalid): then the full way decides."""
+    match = _PLAIN_URL.fullmatch(url) if len(url) <= MAX_URL_CHARS else None
+    if match is None:
+        return None
+    scheme, host, port, path = match.groups()
+    if path is not None and _DOT_SEGMENT.search(path):
+        return None
+    if _NUMERIC_LABEL.fullmatch(host.rpartition(".")[2]) and not _is_dotted_quad(host):
+        return None  # an address in an old spelling, or no address at all
+    if port is not None and int(port) > 0xFFFF:
+        return None
+    if path and (port is None or int(port) != DEFAULT_PORTS[scheme]):
+        return url  # canonical as it is
+    netloc = host if port is None or int(port) == DEFAULT_PORTS[scheme] else f"{host}:{port}"
+    result = f"{scheme}://{netloc}{path or '/'}"
+    return result if len(result) <= MAX_URL_CHARS else None
+
+
+@functools.lru_cache(maxsize=1024)  # a sitemap names few hosts, each many times
+def _is_dotted_quad(host: str) -> bool:
+    """`host` is an IPv4 address spelt as canonicalisation spells it (no leading zeros, 4 parts)."""
+    try:
+        address = ipv4_literal(host)
+    except InvalidURL:
+        return False
+    return str(address) == host
 
 
 def fingerprint(canonical: str) -> bytes:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pika
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from shared.errors import DecodeError
 from shared.messages import CrawlTask, Failure, Progress
@@ -23,6 +29,32 @@ def test_task_round_trips() -> None:
         source="http://a.test/sitemap.xml",
     )
     assert CrawlTask.decode(task.encode()) == task
+
+
+texts = st.text(max_size=40)  # any characters: quotes, control characters, non-ASCII, surrogates
+numbers = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.floats(0.0, 1.0))
+
+
+tasks = st.builds(
+    CrawlTask,
+    url=texts,
+    run_id=texts,
+    queue=texts,
+    priority=numbers,
+    lastmod=st.one_of(st.none(), texts),
+    changefreq=st.one_of(st.none(), texts),
+    sitemap_priority=numbers,
+    source=texts,
+    enqueued_at=numbers,
+    recrawl_of=st.one_of(st.none(), texts, st.integers()),  # not even a string
+)
+
+
+@hypothesis_settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(tasks)
+def test_a_task_encodes_as_json_dumps_of_its_fields(task: CrawlTask) -> None:
+    """encode() spells the JSON out by hand; it must give json.dumps's bytes, whatever the values."""
+    assert task.encode() == json.dumps(dataclasses.asdict(task), separators=(",", ":")).encode()
 
 
 @pytest.mark.parametrize(

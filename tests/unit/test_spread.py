@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -101,3 +103,18 @@ def test_nothing_is_lost_or_reordered_within_a_host(pairs: list[tuple[str, int]]
         assert [e for e in spread if host_of(e.url) == f"{host}.example"] == [
             e for e in given_order if host_of(e.url) == f"{host}.example"
         ]
+
+
+@given(
+    st.sampled_from(["http", "HTTPS", "ftp", "h2", ""]),
+    st.sampled_from(["://", ":/", "", "://user@", "://[::1]"]),
+    st.text(alphabet="aZ09.-_%:@[] \t\u00e9", max_size=12),
+    st.sampled_from(["", "/p", "?q", "#f", ":8080/p", ":x/", "\t/p", " "]),
+)
+def test_the_host_is_what_urlsplit_makes_of_it(scheme: str, sep: str, host: str, rest: str) -> None:
+    url = f"{scheme}{sep}{host}{rest}"
+    try:
+        expected = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        expected = ""
+    assert host_of(url) == expected

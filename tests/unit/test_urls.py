@@ -5,7 +5,14 @@ import random
 import pytest
 
 from shared.errors import PermanentError
-from shared.urls import InvalidURL, canonicalize, domain_of, fingerprint
+from shared.urls import (
+    InvalidURL,
+    _canonicalize_in_full,
+    _plain_canonical,
+    canonicalize,
+    domain_of,
+    fingerprint,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -96,6 +103,32 @@ def test_arbitrary_text_raises_nothing_but_invalid_url() -> None:
         assert canonicalize(result) == result  # canonical forms are stable
         assert domain_of(result)
     assert accepted > 0  # the generator does produce some valid URLs
+
+
+def test_the_shortcut_for_plain_urls_agrees_with_the_full_way() -> None:
+    """`canonicalize` skips w3lib for URLs that look canonical already; on URLs made of the
+    shortcut's own characters (and a few it must hand on), both ways give the same answer."""
+    rng = random.Random(20261126)
+    hosts = ["127.0.1.7", "127.1", "01.2.3.4", "256.1.1.1", "a.0x1", "a.1", "1a.b", "x--y.test", "xn--abc"]
+    ports = ["", ":80", ":443", ":8080", ":080", ":1", ":65535", ":65536", ":99999"]
+    segments = [".", "..", "...", "a.", ".a", "~u", "A-Z_0", "", "%41", "p.html"]
+
+    def label() -> str:
+        return "".join(rng.choice("ab0-") for _ in range(rng.randint(0, 4)))
+
+    taken = 0
+    for _ in range(20_000):
+        named = ".".join(label() for _ in range(rng.randint(1, 3)))
+        host = rng.choice(hosts) if rng.random() < 0.3 else named
+        path = "/".join(rng.choice(segments) for _ in range(rng.randint(0, 4)))
+        url = f"{rng.choice(['http', 'https', 'HTTP'])}://{host}{rng.choice(ports)}"
+        url += rng.choice(["", "/" + path, "/" + path + rng.choice(["", "?b=1&a=2", "#f", "?"])])
+        plain = _plain_canonical(url)
+        if plain is None:
+            continue
+        taken += 1
+        assert plain == _canonicalize_in_full(url), url
+    assert taken > 1_000  # the shortcut is taken often enough for this to mean something
 
 
 def test_fingerprint_is_ten_bytes_and_distinguishes_urls() -> None:
