@@ -15,17 +15,19 @@ connection), so a retry can duplicate it: workers take that in their stride.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pika
 import pika.exceptions
 import pika.spec
 
+from producer.publish_frames import PublishFrames
 from shared.broker import Publication, unavailable
 from shared.settings import Settings
 
@@ -129,6 +131,43 @@ class ConfirmingPublisher:
         return self._link
 
 
+class _BatchWritingConnection(pika.SelectConnection):  # type: ignore[misc]
+    """A SelectConnection that can hold its output while a batch is published, then write it in
+    one piece.
+
+    pika writes every frame on its own (three a message: method, header, body) and its transport
+    sends each with a syscall of its own, so 500 messages cost 1,500 small writes, as many TCP
+    segments for RabbitMQ's reader to take apart, and 1,500 releases of the interpreter lock to
+    the thread that reads sitemaps. Joined, they are one write. `_adapter_emit_data` is the hook
+    pika's connection adapters override to send bytes; only the I/O thread calls it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._held: list[bytes] | None = None
+        super().__init__(*args, **kwargs)
+
+    def _adapter_emit_data(self, data: bytes) -> None:
+        if self._held is None:
+            super()._adapter_emit_data(data)
+        else:
+            self._held.append(data)
+
+    def emit(self, data: bytes) -> None:
+        """Send frames marshalled elsewhere (producer/publish_frames.py), in order with pika's."""
+        self._adapter_emit_data(data)
+
+    @contextlib.contextmanager
+    def writes_joined(self) -> Iterator[None]:
+        """Inside, frames are held; on leaving, they are sent in their order as one write."""
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if held and not self.is_closed:
+                super()._adapter_emit_data(b"".join(held))
+
+
 class _Link:
     """One SelectConnection, its confirm-mode channel and its I/O thread."""
 
@@ -145,9 +184,10 @@ class _Link:
         self._open_error: BaseException | None = None
         self.close_reason: str = ""
         self.usable = False
-        # Owned by the I/O thread: delivery tag -> (batch, index in batch).
-        self._pending: dict[int, tuple[PendingBatch, int]] = {}
+        # Owned by the I/O thread: delivery tag -> (batch, index in batch, what was published).
+        self._pending: dict[int, tuple[PendingBatch, int, Publication]] = {}
         self._returned: set[int] = set()
+        self._frames: PublishFrames | None = None
         self._next_tag = 1
         self._oldest_tag = 1
 
@@ -184,7 +224,7 @@ class _Link:
 
     def _run(self) -> None:
         try:
-            self._connection = pika.SelectConnection(
+            self._connection = _BatchWritingConnection(
                 self._params,
                 on_open_callback=self._on_connection_open,
                 on_open_error_callback=self._on_open_error,
@@ -215,6 +255,7 @@ class _Link:
 
     def _on_channel_open(self, channel: Any) -> None:
         self._channel = channel
+        self._frames = PublishFrames(channel.channel_number, self._connection.params.frame_max)
         channel.add_on_close_callback(self._on_channel_closed)
         channel.add_on_return_callback(self._on_return)
         channel.confirm_delivery(ack_nack_callback=self._on_confirm, callback=self._on_confirm_mode)
@@ -242,40 +283,57 @@ class _Link:
             self._connection.close()
 
     def publish_all(self, publications: list[Publication], batch: PendingBatch) -> None:
+        with self._connection.writes_joined():
+            self._publish_each(publications, batch)
+
+    def _publish_each(self, publications: list[Publication], batch: PendingBatch) -> None:
         for index, publication in enumerate(publications):
             if not self.usable:
                 batch.resolve(index, False)
                 continue
-            tag = self._next_tag
-            properties = publication.properties()
-            # Lets a returned (unroutable) message be matched to its delivery tag.
-            properties.message_id = str(tag)
             try:
-                self._channel.basic_publish(
-                    publication.exchange,
-                    publication.routing_key,
-                    publication.body,
-                    properties,
-                    mandatory=True,
-                )
+                self._publish(publication)
             except (pika.exceptions.AMQPError, OSError) as exc:
                 # Delivery tags may no longer line up with the broker's count: start afresh.
                 log.warning("publish failed: %s", exc)
                 self._close_connection()
                 batch.resolve(index, False)
                 continue
+            self._pending[self._next_tag] = (batch, index, publication)
             self._next_tag += 1
-            self._pending[tag] = (batch, index)
 
-    def _on_return(self, _channel: Any, method: Any, properties: Any, _body: bytes) -> None:
+    def _publish(self, publication: Publication) -> None:
+        """Mandatory and persistent: the same bytes as pika's basic_publish, at a fraction of the
+        cost (producer/publish_frames.py)."""
+        assert self._frames is not None  # set with the channel, before the link is usable
+        frames = self._frames.encode(publication)
+        if frames is None:
+            self._channel.basic_publish(
+                publication.exchange,
+                publication.routing_key,
+                publication.body,
+                publication.properties(),
+                mandatory=True,
+            )
+        elif self._channel.is_open:
+            self._connection.emit(frames)
+        else:
+            raise pika.exceptions.ChannelWrongStateError("channel is closed")
+
+    def _on_return(self, _channel: Any, method: Any, _properties: Any, body: bytes) -> None:
         log.warning(
             "broker returned a message: %s %s (routing key %s)",
             method.reply_code,
             method.reply_text,
             method.routing_key,
         )
-        if properties.message_id and properties.message_id.isdigit():
-            self._returned.add(int(properties.message_id))
+        # The broker sends an unroutable message back before it acks it, but without its
+        # delivery tag: find it among the messages waiting by what it carries. Were several
+        # alike, all fail, routed or not: a retry may then duplicate one, but none is lost.
+        returned = (method.exchange, method.routing_key, body)
+        for tag, (_batch, _index, publication) in self._pending.items():
+            if (publication.exchange, publication.routing_key, publication.body) == returned:
+                self._returned.add(tag)
 
     def _on_confirm(self, frame: Any) -> None:
         method = frame.method
@@ -285,7 +343,7 @@ class _Link:
         for tag in tags:
             entry = self._pending.pop(tag, None)
             if entry is not None:
-                batch, index = entry
+                batch, index, _publication = entry
                 batch.resolve(index, acked and tag not in self._returned)
                 self._returned.discard(tag)
         while self._oldest_tag < self._next_tag and self._oldest_tag not in self._pending:
@@ -293,5 +351,6 @@ class _Link:
 
     def _fail_all_pending(self) -> None:
         pending, self._pending = self._pending, {}
-        for batch, index in pending.values():
+        self._returned.clear()
+        for batch, index, _publication in pending.values():
             batch.resolve(index, False)

@@ -24,7 +24,7 @@ from shared import broker
 from shared.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
-from shared.messages import ATTEMPT_HEADER, CrawlTask
+from shared.messages import CrawlTask, Progress
 from shared.settings import Settings
 from shared.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 from shared.urls import fingerprint
@@ -167,7 +167,8 @@ def test_published_tasks_carry_body_headers_and_priority(settings: Settings, sit
         assert task.source == site.root + "/a.xml"
         assert properties.priority == 5
         assert properties.delivery_mode == 2
-        assert properties.headers[ATTEMPT_HEADER] == 0
+        assert properties.headers is None  # no progress yet: a fresh URL
+        assert Progress.from_headers(properties.headers) == Progress()
         channel.basic_nack(method.delivery_tag, requeue=True)
     finally:
         connection.close()
@@ -193,11 +194,14 @@ def test_unroutable_message_fails_and_publisher_recovers_from_a_closed_channel(
         publisher.start()
         unroutable = Publication(exchange, "new.nowhere", b"{}")
         assert publisher.publish_batch([good, unroutable, good]) == [True, False, True]
+        # A returned message carries no delivery tag: it is found by its content, alike or not.
+        other = Publication(exchange, "new.elsewhere", b"{}")
+        assert publisher.publish_batch([unroutable, good, unroutable, other]) == [False, True, False, False]
         # A missing exchange makes the broker close the channel; the next batch reconnects.
         missing = Publication(settings.crawl_namespace + ".no-such-exchange", "x", b"{}")
         assert publisher.publish_batch([missing]) == [False]
         assert publisher.publish_batch([good] * 1000) == [True] * 1000
-    assert depth(settings, "bulk") == 1002
+    assert depth(settings, "bulk") == 1003
 
 
 def test_publisher_against_a_closed_port_is_service_unavailable() -> None:
