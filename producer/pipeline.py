@@ -1,11 +1,14 @@
 """The producer's loop: URLs in, confirmed tasks out, free of transport details.
 
-    entries → canonicalize (invalid: counted by reason) → batches → dedup claim (one Redis
-    call) → route → publish (confirms pipelined) → confirmed: mark seen + count
-                                                  → failed: retry, then un-mark + count
+    entries → canonicalize (invalid: counted by reason) → groups → dedup claim (one Redis
+    call) → route → publish in batches (confirms pipelined) → confirmed: mark seen + count
+                                                            → failed: retry, then un-mark + count
 
-Several batches are in flight at once, so reading and claiming the next batch overlaps with
-the broker confirming the previous ones. Dedup, the publisher and the clock are injected.
+Several batches are in flight at once, so reading and claiming the next group overlaps with
+the broker confirming the previous batches. Dedup calls run on threads of their own
+(producer/background.py): a group is claimed while the next one is read, and confirmed URLs
+are marked seen while the loop goes on; only publishing waits for a claim. Dedup, the publisher
+and the clock are injected.
 
 When RabbitMQ or Redis goes away (a restart, a lost connection), nothing is given up at once:
 each call that needs them is tried again with a growing pause for up to `patience_s`, and
@@ -17,6 +20,7 @@ the broker (a nack, an unroutable message) uses up one of the PUBLISH_ATTEMPTS. 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import datetime
 import functools
 import logging
@@ -25,12 +29,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from producer.background import Background
 from producer.recrawl import is_due
 from producer.routing import Router
 from producer.sitemaps import SitemapEntry
 from shared.broker import Publication
 from shared.errors import ServiceUnavailable
-from shared.messages import QUEUE_KINDS, CrawlTask, Progress
+from shared.messages import QUEUE_KINDS, CrawlTask
 from shared.topology import new_task_routing_key, work_exchange
 from shared.urls import InvalidURL, canonicalize, fingerprint
 
@@ -45,7 +50,16 @@ RETRY_PAUSE_S = 1.0
 # while this one still means to publish it.
 RECONNECT_PATIENCE_S = 240.0
 MAX_RECONNECT_PAUSE_S = 15.0
-BATCHES_IN_FLIGHT = 4
+BATCHES_IN_FLIGHT = 8
+# URLs claimed, and later marked seen, in one Redis call, however small the publish batches:
+# each call costs the thread making it two turns at the interpreter lock, up to 5 ms each while
+# the loop is busy, and calls for batches of 500 fell behind the loop.
+DEDUP_GROUP_URLS = 2000
+# ...unless the URLs come slowly (a slow sitemap server): then a group is claimed and published
+# at the first whole batch read after it has been filling this long.
+MAX_GROUP_HOLD_S = 0.5
+# Groups claimed ahead of the one published: its claim ran while the next group was read.
+CLAIMS_AHEAD = 1
 PROGRESS_EVERY_URLS = 10_000
 
 
@@ -90,11 +104,19 @@ class Counts:
         return sum(self.enqueued.values())
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made for every URL, and frozen dataclasses build slowly
 class _Candidate:
     entry: SitemapEntry
     canonical: str
     fingerprint: bytes
+
+
+@dataclass
+class _Claiming:
+    """A group of URLs read, whose claim runs in the background while the next group is read."""
+
+    candidates: list[_Candidate]
+    claim: concurrent.futures.Future[ClaimResult]
 
 
 @dataclass
@@ -125,7 +147,6 @@ class Pipeline:
     ) -> None:
         self.run_id = run_id
         self.counts = Counts()
-        self._namespace = namespace
         self._batch_size = batch_size
         self._router = router
         self._dedup = dedup
@@ -137,33 +158,56 @@ class Pipeline:
         self._previous_run = previous_run
         self._gave_up = False  # patience ran out once: later calls fail at once
         self._in_flight: collections.deque[_InFlight] = collections.deque()
+        # One run per pipeline: run() ends their threads. Claims have a thread of their own so
+        # that they never wait behind marks, which nothing waits for.
+        self._claims = Background("producer-claims")
+        self._marks = Background("producer-marks")
+        # Read and claimed, or being claimed, not yet published; oldest first.
+        self._claiming: collections.deque[_Claiming] = collections.deque()
+        self._unmarked: list[bytes] = []  # confirmed, to be marked seen with the next group
+        self._unmarked_counters: collections.Counter[str] = collections.Counter()
         self._invalid_unreported = 0
+        # The same for every task: made once, not per URL.
+        self._exchange = work_exchange(namespace)
+        self._routing_keys = {kind: new_task_routing_key(kind) for kind in QUEUE_KINDS}
 
     def run(self, entries: Iterable[SitemapEntry]) -> Counts:
-        batch: list[_Candidate] = []
+        group: list[_Candidate] = []
+        began = self._clock()
         try:
             for entry in entries:
                 if self._should_stop():
                     self.counts.stopped_early = True
                     log.warning("stop requested: no more URLs read; settling what is in flight")
                     break
-                self._take(entry, batch)
-                if len(batch) >= self._batch_size:
-                    self._send(batch)
-                    batch = []
-            if batch:
-                self._send(batch)
+                self._take(entry, group)
+                if group and len(group) % self._batch_size == 0:  # looked at a batch at a time
+                    slow = self._clock() - began >= MAX_GROUP_HOLD_S
+                    if slow or len(group) >= DEDUP_GROUP_URLS:
+                        self._claim(group)
+                        group, began = [], self._clock()
+                        self._send_claimed(ahead=0 if slow else CLAIMS_AHEAD)
+            self._claim(group)
+            self._send_claimed(ahead=0)
         finally:
             # Even when something broke, settle what is in flight: confirmed URLs get marked,
             # failed ones un-marked, so the run can be resumed with the same run id.
-            while self._in_flight:
-                self._complete(self._in_flight.popleft())
+            try:
+                while self._claiming:
+                    self._give_back(self._claiming.popleft())
+                while self._in_flight:
+                    self._complete(self._in_flight.popleft())
+                self._mark_seen()
+                self._marks.finish()
+            finally:
+                self._claims.close()
+                self._marks.close()
         if self._invalid_unreported:
             self._dedup.confirm([], {"invalid": self._invalid_unreported})
         self._log_progress("done")
         return self.counts
 
-    def _take(self, entry: SitemapEntry, batch: list[_Candidate]) -> None:
+    def _take(self, entry: SitemapEntry, group: list[_Candidate]) -> None:
         self.counts.urls_seen += 1
         if self.counts.urls_seen % PROGRESS_EVERY_URLS == 0:
             self._log_progress("progress")
@@ -174,37 +218,74 @@ class Pipeline:
             self._invalid_unreported += 1
             log.debug("invalid URL from %s: %s", entry.source, exc)
             return
-        batch.append(_Candidate(entry, canonical, fingerprint(canonical)))
+        group.append(_Candidate(entry, canonical, fingerprint(canonical)))
 
-    def _send(self, batch: list[_Candidate]) -> None:
-        if self._previous_run is not None:
-            batch = self._due_again(batch, self._previous_run)
-            if not batch:
-                return
-        claim = self._patiently("claiming URLs", lambda: self._dedup.claim([c.fingerprint for c in batch]))
-        new = [c for c, is_new in zip(batch, claim.is_new, strict=True) if is_new]
-        now = self._clock()
-        tasks = [self._task(c, now) for c in new]
-        publications = [self._publication(task) for task in tasks]
-        fingerprints = [c.fingerprint for c in new]
+    def _claim(self, group: list[_Candidate]) -> None:
+        """Start claiming `group` in the background."""
+        if group and self._previous_run is not None:
+            group = self._due_again(group, self._previous_run)
+        if group:
+            fingerprints = [c.fingerprint for c in group]
+            claim = functools.partial(
+                self._patiently, "claiming URLs", lambda: self._dedup.claim(fingerprints)
+            )
+            self._claiming.append(_Claiming(group, self._claims.call(claim)))
+
+    def _send_claimed(self, ahead: int) -> None:
+        """Publish the groups claimed, oldest first, until no more than `ahead` are left."""
+        while len(self._claiming) > ahead:
+            self._send(self._claiming.popleft())
+
+    def _give_back(self, claiming: _Claiming) -> None:
+        """Release the claims of a group that will not be published (the run broke off)."""
         try:
-            outcomes = self._patiently("publishing", lambda: self._publisher.submit(publications))
-        except ServiceUnavailable:
-            self._dedup.release(fingerprints, claim.token)  # nothing was sent: give them back
-            raise
-        in_flight = _InFlight(
-            fingerprints=fingerprints,
-            tasks=tasks,
-            publications=publications,
-            token=claim.token,
-            outcomes=outcomes,
-            duplicates=len(batch) - len(new),
-            invalid=self._invalid_unreported,
+            claim = claiming.claim.result()
+            new = [
+                c.fingerprint for c, is_new in zip(claiming.candidates, claim.is_new, strict=True) if is_new
+            ]
+            self._marks.call(lambda: self._dedup.release(new, claim.token)).result()
+        except ServiceUnavailable as exc:  # their leases run out instead; a re-run publishes them
+            log.warning(
+                "could not release the claims of %d unpublished URLs: %s", len(claiming.candidates), exc
+            )
+
+    def _send(self, claiming: _Claiming) -> None:
+        """Publish the new URLs of a claimed group, a batch at a time."""
+        claim = claiming.claim.result()
+        new = [c for c, is_new in zip(claiming.candidates, claim.is_new, strict=True) if is_new]
+        duplicates = len(claiming.candidates) - len(new)
+        sent = 0
+        try:
+            # At least one batch, if empty, so that the group's counts are recorded.
+            for start in range(0, max(len(new), 1), self._batch_size):
+                batch = new[start : start + self._batch_size]
+                self._submit(batch, claim.token, duplicates if start == 0 else 0)
+                sent = start + len(batch)
+                while len(self._in_flight) >= BATCHES_IN_FLIGHT:
+                    self._complete(self._in_flight.popleft())
+                self._marks.check()  # a failed mark ends the run here rather than at its end
+        finally:
+            if sent < len(new):  # the run broke off: what was not sent is given back
+                unsent = [c.fingerprint for c in new[sent:]]
+                self._marks.call(lambda: self._dedup.release(unsent, claim.token)).result()
+
+    def _submit(self, batch: list[_Candidate], token: bytes, duplicates: int) -> None:
+        now = self._clock()
+        tasks = [self._task(c, now) for c in batch]
+        publications = [self._publication(task) for task in tasks]
+        outcomes = self._patiently("publishing", lambda: self._publisher.submit(publications))
+        self._in_flight.append(
+            _InFlight(
+                fingerprints=[c.fingerprint for c in batch],
+                tasks=tasks,
+                publications=publications,
+                token=token,
+                outcomes=outcomes,
+                duplicates=duplicates,
+                invalid=self._invalid_unreported,
+            )
         )
         self._invalid_unreported = 0
-        self._in_flight.append(in_flight)
-        while len(self._in_flight) >= BATCHES_IN_FLIGHT:
-            self._complete(self._in_flight.popleft())
 
     def _due_again(self, batch: list[_Candidate], previous: PreviousFetches) -> list[_Candidate]:
         fetched = self._patiently(
@@ -233,10 +314,11 @@ class Pipeline:
 
     def _publication(self, task: CrawlTask) -> Publication:
         return Publication(
-            exchange=work_exchange(self._namespace),
-            routing_key=new_task_routing_key(task.queue),
+            exchange=self._exchange,
+            routing_key=self._routing_keys[task.queue],
             body=task.encode(),
-            headers=Progress().to_headers(),
+            # No progress headers: a message without them is a URL's first attempt
+            # (shared/messages.py), and RabbitMQ spends less on a message without a table.
             priority=task.priority if task.queue == "priority" else None,
         )
 
@@ -268,11 +350,17 @@ class Pipeline:
             added[item.tasks[i].queue] += 1
         counters = {f"enqueued.{kind}": n for kind, n in added.items()}
         counters.update(duplicates=item.duplicates, invalid=item.invalid)
-        confirmed_fps = [item.fingerprints[i] for i in confirmed]
-        self._patiently("marking URLs seen", lambda: self._dedup.confirm(confirmed_fps, counters))
+        self._unmarked += [item.fingerprints[i] for i in confirmed]
+        self._unmarked_counters.update(counters)
+        if len(self._unmarked) >= DEDUP_GROUP_URLS:
+            self._mark_seen()
         if failed:
             failed_fps = [item.fingerprints[i] for i in sorted(failed)]
-            self._patiently("un-marking URLs", lambda: self._dedup.release(failed_fps, item.token))
+            self._marks.call_unwatched(
+                lambda: self._patiently(
+                    "un-marking URLs", lambda: self._dedup.release(failed_fps, item.token)
+                )
+            )
             self.counts.publish_failed += len(failed)
             log.error(
                 "gave up on %d URLs after %d publish attempts (un-marked, a re-run with "
@@ -284,6 +372,19 @@ class Pipeline:
         for kind, n in added.items():
             self.counts.enqueued[kind] += n
         self.counts.duplicates += item.duplicates
+
+    def _mark_seen(self) -> None:
+        """Mark the URLs confirmed since the last time seen for good, and add up their counts.
+        Marks need not hold up the loop: they run in the background, in order, and an error among
+        them still ends the run, at the next batch sent or once all is settled."""
+        fingerprints, self._unmarked = self._unmarked, []
+        counters, self._unmarked_counters = dict(self._unmarked_counters), collections.Counter()
+        if fingerprints or any(counters.values()):
+            self._marks.call_unwatched(
+                lambda: self._patiently(
+                    "marking URLs seen", lambda: self._dedup.confirm(fingerprints, counters)
+                )
+            )
 
     def _patiently(self, what: str, call: Callable[[], T]) -> T:
         """`call()`, tried again with a growing pause while RabbitMQ or Redis is unreachable.
