@@ -1,8 +1,8 @@
 """Turn a fetched HTML body into text and the page fields we store.
 
 `decode_html` picks the character encoding; `parse_page` extracts fields with BeautifulSoup
-on lxml. Any failure inside the parser becomes PermanentError('parse_error'): the same bytes
-would fail the same way on every retry.
+on lxml (through worker/html_builder.py). Any failure inside the parser becomes
+PermanentError('parse_error'): the same bytes would fail the same way on every retry.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from bs4 import BeautifulSoup, Tag
 from bs4.element import CData, NavigableString
 
 from shared.errors import PermanentError
+from worker.html_builder import HtmlTreeBuilder
 
 MAX_TEXT_CHARS = 100_000
 MAX_LINKS = 1_000
@@ -121,7 +122,7 @@ def parse_page(
 def _parse(html: str | bytes, base_url: str, max_text_chars: int, max_links: int) -> ParsedPage:
     # No multi-valued attributes: `rel` and `class` stay strings, which saves splitting every
     # class attribute of the page for fields that never read one.
-    soup = BeautifulSoup(html, "lxml", multi_valued_attributes=None)
+    soup = BeautifulSoup(html, builder=HtmlTreeBuilder(multi_valued_attributes=None))
     scan = _Scan()
     scan.walk(soup, soup.body or soup)
     # A soup is a web of parent and sibling references: dropped as it is, only the cyclic
