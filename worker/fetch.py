@@ -11,7 +11,7 @@ connect to it, 407) raise ProxyFailed, so the caller can count them against that
 come from the caller only: the session ignores HTTP_PROXY and friends in the environment.
 `Fetcher.request` takes the status judgement as an argument (robots.txt is judged differently).
 
-A Fetcher holds one pooled requests.Session and is used by one thread only.
+A Fetcher holds one pooled requests.Session, which the threads of a worker share.
 """
 
 from __future__ import annotations
@@ -318,13 +318,17 @@ class Fetcher:
             min(self._settings.fetch_connect_timeout_s, remaining),
             min(self._settings.fetch_read_timeout_s, remaining),
         )
-        return self._session.get(
-            url,
-            headers=headers,
+        # Prepared here rather than by Session.request, which merges the session's cookies,
+        # auth, hooks and environment into every request: none apply to ours (no cookies are
+        # kept, trust_env is off), and the merging cost about a fifth of a fetch's CPU.
+        prepared = requests.PreparedRequest()
+        prepared.prepare(method="GET", url=url, headers={**self._session.headers, **headers})
+        return self._session.send(
+            prepared,
             timeout=timeout,
             allow_redirects=False,
             stream=True,
-            proxies={"http": proxy, "https": proxy} if proxy else None,
+            proxies={"http": proxy, "https": proxy} if proxy else {},
         )
 
     @staticmethod
