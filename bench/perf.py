@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.dedup_memory import dedup_bytes_per_url
+from bench.floor import measure as measure_floor
 from bench.measure import Children, services_cpu_s
 from shared.accounting import account
 from shared.settings import Settings
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not the figures")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="turns of each side in a comparison")
     parser.add_argument(
-        "--only", default="latency,cpu,producer,dedup,scaling", help="comma list of sections to run"
+        "--only", default="latency,cpu,floor,producer,dedup,scaling", help="comma list of sections to run"
     )
     args = parser.parse_args(argv)
     sections = set(args.only.split(","))
@@ -373,6 +374,24 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 f">= 20000: {verdict(rate >= 20000)}",
             )
+
+    if "floor" in sections:
+        with perf_site(1, 10, 0, log_dir):
+            floor = measure_floor(
+                f"http://127.0.1.1:{SITE_PORT}/p/1.html", Settings.from_env(pipeline_env("benchfloor"))
+            )
+        table.add(
+            "parse one page, CPU in one thread (BeautifulSoup / Scrapy's parsel)",
+            f"{floor.parse_ms:.2f} ms",
+            f"{floor.scrapy_parse_ms:.2f} ms",
+            f"{floor.parse_ms / floor.scrapy_parse_ms:.1f}x",
+        )
+        table.add(
+            "fetch one page, CPU in one thread (requests / urllib3 alone)",
+            f"{floor.fetch_ms:.2f} ms",
+            f"{floor.urllib3_fetch_ms:.2f} ms",
+            f"{floor.fetch_ms / floor.urllib3_fetch_ms:.1f}x",
+        )
 
     if "dedup" in sections:
         for count in (1_000_000 // scale, 10_000_000 // scale):
