@@ -47,13 +47,17 @@ class Children:
         _, status, usage = os.wait4(child.process.pid, 0)
         child.process.returncode = child.exit_code = os.waitstatus_to_exitcode(status)
         child.cpu_s = usage.ru_utime + usage.ru_stime
-        child.peak_rss_mb = usage.ru_maxrss / 1024
+        # Not usage.ru_maxrss: Linux carries the peak of the memory a process had before exec
+        # into it, and a child started with vfork had ours, so a large benchmark process
+        # would inflate every child's figure. VmHWM belongs to the child's own memory.
+        child.peak_rss_mb = max(child.peak_rss_mb, _peak_rss_mb(child.process.pid))
         self.running.remove(child)
         self.finished.append(child)
         return child
 
     def stop_all(self, timeout_s: float = 40.0) -> None:
         for child in self.running:
+            child.peak_rss_mb = _peak_rss_mb(child.process.pid)
             # os.kill, not Popen.send_signal: that polls first, and polling would reap the child
             # and lose its resource usage.
             with contextlib.suppress(ProcessLookupError):
@@ -62,6 +66,7 @@ class Children:
         for child in list(self.running):
             # waitid with WNOWAIT sees the exit without reaping, so wait4 still gets the rusage.
             while not _exited(child.process.pid) and time.monotonic() < deadline:
+                child.peak_rss_mb = max(child.peak_rss_mb, _peak_rss_mb(child.process.pid))  # while it drains
                 time.sleep(0.05)
             if not _exited(child.process.pid):
                 os.kill(child.process.pid, signal.SIGKILL)
@@ -71,6 +76,17 @@ class Children:
 
     def cpu_s(self, prefix: str = "") -> float:
         return sum(c.cpu_s for c in self.finished if c.name.startswith(prefix))
+
+
+def _peak_rss_mb(pid: int) -> float:
+    """The peak resident memory of a live process (VmHWM), or 0 once it has exited."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
 
 
 def _exited(pid: int) -> bool:

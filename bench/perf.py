@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.dedup_memory import dedup_bytes_per_url
-from bench.floor import measure as measure_floor
 from bench.measure import Children, services_cpu_s
 from shared.accounting import account
 from shared.settings import Settings
@@ -376,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     if "floor" in sections:
+        # Imported here: Scrapy and Twisted would swell this process for every other section.
+        from bench.floor import measure as measure_floor
+
         with perf_site(1, 10, 0, log_dir):
             floor = measure_floor(
                 f"http://127.0.1.1:{SITE_PORT}/p/1.html", Settings.from_env(pipeline_env("benchfloor"))
