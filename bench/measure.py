@@ -21,7 +21,7 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     cpu_s: float = 0.0
-    peak_rss_mb: float = 0.0
+    peak_rss_mb: float = 0.0  # sampled by stop_all while the child lives
     exit_code: int | None = None
 
 
@@ -49,8 +49,7 @@ class Children:
         child.cpu_s = usage.ru_utime + usage.ru_stime
         # Not usage.ru_maxrss: Linux carries the peak of the memory a process had before exec
         # into it, and a child started with vfork had ours, so a large benchmark process
-        # would inflate every child's figure. VmHWM belongs to the child's own memory.
-        child.peak_rss_mb = max(child.peak_rss_mb, _peak_rss_mb(child.process.pid))
+        # would inflate every child's figure. stop_all samples the child's own VmHWM instead.
         self.running.remove(child)
         self.finished.append(child)
         return child

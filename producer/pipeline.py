@@ -243,7 +243,7 @@ class Pipeline:
             new = [
                 c.fingerprint for c, is_new in zip(claiming.candidates, claim.is_new, strict=True) if is_new
             ]
-            self._marks.call(lambda: self._dedup.release(new, claim.token)).result()
+            self._release_now(new, claim.token)
         except ServiceUnavailable as exc:  # their leases run out instead; a re-run publishes them
             log.warning(
                 "could not release the claims of %d unpublished URLs: %s", len(claiming.candidates), exc
@@ -266,8 +266,11 @@ class Pipeline:
                 self._marks.check()  # a failed mark ends the run here rather than at its end
         finally:
             if sent < len(new):  # the run broke off: what was not sent is given back
-                unsent = [c.fingerprint for c in new[sent:]]
-                self._marks.call(lambda: self._dedup.release(unsent, claim.token)).result()
+                self._release_now([c.fingerprint for c in new[sent:]], claim.token)
+
+    def _release_now(self, fingerprints: list[bytes], token: bytes) -> None:
+        """Give claims back, in order behind the marks already queued, and wait for it."""
+        self._marks.call(lambda: self._dedup.release(fingerprints, token)).result()
 
     def _submit(self, batch: list[_Candidate], token: bytes, duplicates: int) -> None:
         now = self._clock()
