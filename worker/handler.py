@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from bs4 import BeautifulSoup
 
 from shared import metrics
 from shared.broker import Publication
@@ -38,7 +37,7 @@ from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import Topology, dead_letter_exchange, delay_routing_key, retry_exchange
 from shared.urls import domain_of
-from worker.html_builder import HtmlTreeBuilder
+from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_page
 from worker.poison import DeliveryLimit
 from worker.politeness import TryLater
@@ -215,7 +214,7 @@ class CrawlHandler:
         if self.profiles.for_url(url) is None:
             return None, {}
         try:
-            return self.profiles.extract(url, BeautifulSoup(html, builder=HtmlTreeBuilder()))
+            return self.profiles.extract(url, new_soup(html))
         except Exception as exc:  # hostile markup can break any parser; the page is still stored
             log.warning("extraction profile failed on %s: %s", url, exc)
             return None, {}

@@ -1,40 +1,196 @@
-"""BeautifulSoup's lxml HTML tree builder without the XML namespace bookkeeping.
+"""BeautifulSoup's tree for an HTML page, built from lxml's parse at a third of the cost.
 
-bs4 gives its lxml HTML builder the start and end handlers of its XML builder, which look up
-namespace maps and copy every attribute dict twice for each tag. lxml's HTML parser knows no
-namespaces: it passes no namespace map, and a "{namespace}name" only where the markup spells
-an attribute that way (which this builder leaves to the stock handler). Skipping the
-bookkeeping builds the same tree (tests/unit/test_html_builder.py compares the two on
-generated markup) in about a tenth less time, and building the tree is the largest single
-cost of a page in a worker (docs/PERFORMANCE.md).
+bs4's lxml builder spends about 10 us a node in Python: every tag goes through the XML
+builder's namespace bookkeeping, `handle_starttag`, `Tag.__init__` (two dozen fields, each
+decided by asking the builder) and `pushTag`, every string through `endData`,
+`string_container` and `object_was_parsed`, and every end tag through `_popToTag`. Building
+the tree was the largest single cost of a page in a worker (docs/PERFORMANCE.md).
+
+`HtmlTreeBuilder` takes the same lxml events and builds the same objects, but sets each node's
+fields in one step: the fields that depend only on the tag's name are worked out once per name
+and copied in, and the links between nodes are set as bs4 would leave them once parsing is done.
+tests/unit/test_html_builder.py compares every field of every node, and the soup's own parse
+state, with bs4's builder on fixed and generated markup; beautifulsoup4 is pinned to the
+versions it was checked against. What this builder does not speed up, it hands to bs4's own
+code: comments, doctypes, processing instructions, namespaced attribute names, and end tags
+that do not close the innermost open tag.
+
+Use `new_soup(markup)`: it reuses one builder, and with it one lxml parser, per thread
+(making the parser checks the target's methods with `inspect`, a tenth of a page's parse).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+from bs4 import BeautifulSoup
 from bs4.builder._lxml import LXMLTreeBuilder
+from bs4.element import NavigableString, Tag
+
+_new_tag = Tag.__new__
+_new_string = str.__new__  # NavigableString.__new__ without its setup(), done here instead
+_ASCII_SPACES = BeautifulSoup.ASCII_SPACES  # what bs4 collapses a blank string to one space of
+
+_builders = threading.local()
+
+
+def new_soup(markup: str, *, multi_valued_attributes: bool = True) -> BeautifulSoup:
+    """The BeautifulSoup of `markup`, as BeautifulSoup(markup, "lxml") makes it. Without
+    multi-valued attributes, `class` and `rel` stay strings instead of lists of words."""
+    key = "multi" if multi_valued_attributes else "single"
+    builder = getattr(_builders, key, None)
+    if builder is None:
+        builder = HtmlTreeBuilder() if multi_valued_attributes else HtmlTreeBuilder(multi_valued_attributes=None)
+        setattr(_builders, key, builder)
+    return BeautifulSoup(markup, builder=builder)
 
 
 class HtmlTreeBuilder(LXMLTreeBuilder):
-    """Use as BeautifulSoup(markup, builder=HtmlTreeBuilder()); it takes the builder's usual
-    keyword arguments, such as multi_valued_attributes."""
+    """Use as BeautifulSoup(markup, builder=HtmlTreeBuilder()), with the builder's usual keyword
+    arguments. One instance serves one parse at a time: give each thread its own."""
 
-    # lxml calls these with str names, whatever the markup's type.
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._fields_by_name: dict[str, dict[str, Any]] = {}
+        self._parser: Any = None
+
+    def initialize_soup(self, soup: BeautifulSoup) -> None:
+        super().initialize_soup(soup)
+        if soup.element_classes or soup.parse_only:
+            raise ValueError("HtmlTreeBuilder builds plain trees: no element_classes, no parse_only")
+        if self._fields_by_name and next(iter(self._fields_by_name.values()))["parser_class"] is not type(soup):
+            self._fields_by_name.clear()
+
+    def parser_for(self, encoding: Any) -> Any:
+        if encoding is not None:  # bytes markup, tried in one encoding after another
+            return super().parser_for(encoding)
+        if self._parser is None:
+            self._parser = super().parser_for(None)
+        return self._parser
+
+    def feed(self, markup: Any) -> None:
+        try:
+            super().feed(markup)
+        except BaseException:
+            self._parser = None  # a parse broken off may leave the parser in any state
+            raise
+
     def start(self, tag: Any, attrib: Any, nsmap: Any = None) -> None:
-        if attrib and "{" in "".join(attrib):  # <a {urn:x}href=...>: bs4 reads it as a namespaced href
-            super().start(tag, attrib, nsmap or {})
-            return
-        assert self.soup is not None  # set by the BeautifulSoup that feeds us
-        # The attribute dict is copied: lxml may hand over a read-only mapping.
-        self.soup.handle_starttag(
-            tag,
-            None,
-            None,
-            self.attribute_dict_class(attrib),
-            namespaces=self.active_namespace_prefixes[-1],
-        )
+        soup = self.soup
+        assert soup is not None  # set by the BeautifulSoup that feeds us
+        if soup.current_data:
+            self._end_string()
+        if attrib:
+            if "{" in "".join(attrib):  # <a {urn:x}href=...>: bs4 reads it as a namespaced href
+                super().start(tag, attrib, nsmap or {})
+                return
+            attrs = self.attribute_dict_class(attrib)  # a copy: lxml may hand over a read-only mapping
+            if self.cdata_list_attributes:
+                attrs = self._replace_cdata_list_attribute_values(tag, attrs)
+        else:
+            attrs = self.attribute_dict_class()
+        parent = soup.currentTag
+        previous = soup._most_recent_element
+        siblings = parent.contents
+        element = _new_tag(Tag)
+        fields = element.__dict__
+        fields.update(self._fields_by_name.get(tag) or self._fields_for(tag))
+        fields["name"] = tag
+        fields["attrs"] = attrs
+        fields["contents"] = []
+        fields["parent"] = parent
+        fields["previous_element"] = previous
+        fields["previous_sibling"] = siblings[-1] if siblings else None
+        if previous is not None:
+            previous.next_element = element
+        if siblings:
+            siblings[-1].next_sibling = element
+        siblings.append(element)
+        if tag == "meta":  # <meta charset> and its http-equiv form get a placeholder value
+            self.set_up_substitutions(element)
+        soup._most_recent_element = element
+        soup.tagStack.append(element)
+        soup.currentTag = element
+        soup.open_tag_counter[tag] += 1
+        if tag in self.preserve_whitespace_tags:
+            soup.preserve_whitespace_tag_stack.append(element)
+        if tag in self.string_containers:
+            soup.string_container_stack.append(element)
+
+    def _fields_for(self, name: str) -> dict[str, Any]:
+        """The fields Tag.__init__ gives every tag of this name (the sets are shared between
+        tags: bs4 only reads them)."""
+        assert self.soup is not None
+        string_class = self.string_containers.get(name)
+        fields = {
+            "parser_class": type(self.soup),
+            "namespace": None,
+            "_namespaces": self.active_namespace_prefixes[-1],
+            "prefix": None,
+            "sourceline": None,
+            "sourcepos": None,
+            "attribute_value_list_class": self.attribute_value_list_class,
+            "known_xml": self.is_xml,
+            "next_element": None,
+            "next_sibling": None,
+            "hidden": False,
+            "can_be_empty_element": self.can_be_empty_element(name),
+            "cdata_list_attributes": self.cdata_list_attributes,
+            "preserve_whitespace_tags": self.preserve_whitespace_tags,
+            "interesting_string_types": {string_class} if string_class else Tag.MAIN_CONTENT_STRING_TYPES,
+        }
+        self._fields_by_name[name] = fields
+        return fields
 
     def end(self, tag: Any) -> None:
+        soup = self.soup
+        assert soup is not None
+        if soup.current_data:
+            self._end_string()
+        stack = soup.tagStack
+        current = stack[-1]
+        if current.name != tag or current.prefix is not None:
+            soup._popToTag(tag)  # lxml closes tags innermost first, so this is rare
+            return
+        stack.pop()
+        soup.open_tag_counter[tag] -= 1
+        if soup.preserve_whitespace_tag_stack and soup.preserve_whitespace_tag_stack[-1] is current:
+            soup.preserve_whitespace_tag_stack.pop()
+        if soup.string_container_stack and soup.string_container_stack[-1] is current:
+            soup.string_container_stack.pop()
+        soup.currentTag = stack[-1]
+
+    def data(self, data: Any) -> None:
         assert self.soup is not None
-        self.soup.handle_endtag(tag)  # which ends the text before it, as the stock end() does
+        self.soup.current_data.append(data)
+
+    def _end_string(self) -> None:
+        """BeautifulSoup.endData for the text between two tags."""
+        soup = self.soup
+        assert soup is not None
+        text = "".join(soup.current_data)
+        soup.current_data = []
+        if not soup.preserve_whitespace_tag_stack and not text.strip(_ASCII_SPACES):
+            text = "\n" if "\n" in text else " "
+        string_class = NavigableString
+        if soup.string_container_stack:  # text of a <script>, <style>, <template>, <rt> or <rp>
+            string_class = self.string_containers.get(soup.string_container_stack[-1].name, NavigableString)
+        parent = soup.currentTag
+        previous = soup._most_recent_element
+        siblings = parent.contents
+        string = _new_string(string_class, text)
+        string.__dict__.update(
+            hidden=False,
+            parent=parent,
+            previous_element=previous,
+            next_element=None,
+            previous_sibling=siblings[-1] if siblings else None,
+            next_sibling=None,
+        )
+        if previous is not None:
+            previous.next_element = string
+        if siblings:
+            siblings[-1].next_sibling = string
+        siblings.append(string)
+        soup._most_recent_element = string

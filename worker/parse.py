@@ -16,7 +16,7 @@ from bs4 import BeautifulSoup, Tag
 from bs4.element import CData, NavigableString
 
 from shared.errors import PermanentError
-from worker.html_builder import HtmlTreeBuilder
+from worker.html_builder import new_soup
 
 MAX_TEXT_CHARS = 100_000
 MAX_LINKS = 1_000
@@ -122,7 +122,9 @@ def parse_page(
 def _parse(html: str | bytes, base_url: str, max_text_chars: int, max_links: int) -> ParsedPage:
     # No multi-valued attributes: `rel` and `class` stay strings, which saves splitting every
     # class attribute of the page for fields that never read one.
-    soup = BeautifulSoup(html, builder=HtmlTreeBuilder(multi_valued_attributes=None))
+    if isinstance(html, bytes):  # decoded by our rules, which the worker applies to every page
+        html = decode_html(html)
+    soup = new_soup(html, multi_valued_attributes=False)
     scan = _Scan()
     scan.walk(soup, soup.body or soup)
     # A soup is a web of parent and sibling references: dropped as it is, only the cyclic
