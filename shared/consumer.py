@@ -99,11 +99,16 @@ class ConsumerRuntime:
         handler: Handler,
         concurrency: int,
         stop_event: threading.Event | None = None,
+        when_idle: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.name = name
         self.subscriptions = list(subscriptions)
         self.handler = handler
+        # Called on a handler thread that finds no message waiting, before it waits for one:
+        # the handler's chance to send what it held back for its next message (the worker's
+        # deferred Redis writes).
+        self.when_idle = when_idle
         self.concurrency = concurrency
         self.stop_event = stop_event or threading.Event()
         self.reconnects = 0
@@ -272,11 +277,15 @@ class ConsumerRuntime:
     def _work(self) -> None:
         while True:
             try:
-                item = self._local.get(timeout=POLL_S)
+                item = self._local.get_nowait()
             except queue.Empty:
-                if self.stop_event.is_set() and self._connection is None:
-                    return
-                continue
+                self._idle()
+                try:
+                    item = self._local.get(timeout=POLL_S)
+                except queue.Empty:
+                    if self.stop_event.is_set() and self._connection is None:
+                        return
+                    continue
             if item.generation != self._generation:
                 continue  # its channel is gone and the broker has requeued it
             if self.stop_event.is_set():
@@ -284,6 +293,14 @@ class ConsumerRuntime:
             else:
                 outcome = self._handle(item.delivery)
             self._hand_back(item, outcome)
+
+    def _idle(self) -> None:
+        if self.when_idle is None:
+            return
+        try:
+            self.when_idle()
+        except Exception as exc:  # what it sends is best-effort by contract; the thread goes on
+            log.warning("%s could not finish its idle work: %s", self.name, _one_line(exc))
 
     def _handle(self, delivery: Delivery) -> Outcome:
         backoff = 1.0
@@ -324,9 +341,10 @@ def run_consumers(
     concurrency: int,
     on_start: Callable[[], None] | None = None,
     stop_event: threading.Event | None = None,
+    when_idle: Callable[[], None] | None = None,
 ) -> int:
     """Consume until SIGTERM/SIGINT (or `stop_event`), then stop cleanly; return the exit code."""
-    runtime = ConsumerRuntime(settings, name, subscriptions, handler, concurrency, stop_event)
+    runtime = ConsumerRuntime(settings, name, subscriptions, handler, concurrency, stop_event, when_idle)
     if threading.current_thread() is threading.main_thread():
 
         def request_stop(signum: int, _frame: object) -> None:

@@ -13,6 +13,7 @@ from shared.consumer import Subscription, run_consumers
 from shared.metrics import start_metrics_server
 from shared.settings import Settings
 from shared.topology import work_queue
+from worker.deferred_writes import flush
 from worker.store import ResultStore
 from worker.wiring import build_handler, connect_redis
 
@@ -43,14 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level, "worker", settings.log_format, settings.worker_id)
     start_metrics_server(settings)
     db.ensure_schema(settings)
-    handler = build_handler(settings, connect_redis(settings))
+    client = connect_redis(settings)
+    handler = build_handler(settings, client)
     ns = settings.crawl_namespace
     subscriptions = [
         Subscription(work_queue(ns, kind), prio) for kind, prio in SUBSCRIPTION_PRIORITIES.items()
     ]
     log.info("worker %s starting with %d fetches in flight", settings.worker_id, settings.fetch_concurrency)
     try:
-        code = run_consumers(settings, "worker", subscriptions, handler, settings.fetch_concurrency)
+        code = run_consumers(
+            settings,
+            "worker",
+            subscriptions,
+            handler,
+            settings.fetch_concurrency,
+            # The Redis writes a page leaves for the thread's next command go out when no
+            # message is waiting for it (worker/deferred_writes.py).
+            when_idle=lambda: flush(client),
+        )
     finally:
         if isinstance(handler.store, ResultStore):
             handler.store.close()

@@ -1,11 +1,13 @@
 """Redis writes that nobody waits for, sent in the same round trip as the thread's next command.
 
-A page costs a handler Redis writes whose replies it never reads, such as the cache entry
-after the fetch and the removal of the "handling" marker (worker/poison.py) at the end. Each
-was a round trip of its own, and each round trip a handler thread makes is a system call, a
-wait and a GIL handoff. `defer()` holds such a write for the calling thread; the thread's next
-command carries it along in one pipeline, in order, ahead of itself, and `flush()` sends what
-is held when no command follows.
+A page costs a handler Redis writes whose replies it never reads: the cache entry after the
+fetch, the release of the domain's concurrency lease (worker/ratelimit.py) and the removal of
+the "handling" marker (worker/poison.py) at the end. Each was a round trip of its own, and each
+round trip a handler thread makes is a system call, a wait and a GIL handoff. `defer()` holds
+such a write for the calling thread; the thread's next command (under load, the next message's
+cache read) carries it along in one pipeline, in order, ahead of itself, and `flush()` sends
+what is held when no command follows: the worker calls it whenever a handler thread finds no
+message waiting.
 
 Only writes whose moment does not matter may be deferred: the marker that must exist *before*
 a fetch is written at once. A held write that fails is logged and dropped: a missing cache

@@ -39,7 +39,7 @@ from shared.keys import Keys
 from shared.messages import REPLAY_HEADER, CrawlTask, Failure, Progress
 from shared.redis_errors import translate_redis_errors
 from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
-from worker.deferred_writes import flush, write_later
+from worker.deferred_writes import write_later
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +141,12 @@ class DeliveryLimit:
             )
 
     def unmark_handling(self, delivery: Delivery) -> None:
-        """The last Redis write of a handling: it carries any writes held for it (the cache
-        entry) in the same round trip."""
-        with translate_redis_errors(self._client):
+        """The last Redis write of a handling. Held, with the cache entry and the lease's
+        release, for the thread's next command (the next message's cache read) or until the
+        thread runs out of messages: the message is settled by then, so a marker that outlives
+        it a little, or until it expires, counts for nothing."""
+        with translate_redis_errors(self._client):  # a plain client sends it at once
             write_later(self._client, "DEL", self._keys.handling(message_fingerprint(delivery)))
-            flush(self._client)
 
 
 def _url_of(body: bytes) -> str:

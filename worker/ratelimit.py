@@ -30,6 +30,7 @@ import redis
 
 from shared.keys import Keys
 from shared.redis_errors import translate_redis_errors
+from worker.deferred_writes import write_later
 from worker.politeness import Reservation
 
 log = logging.getLogger(__name__)
@@ -257,9 +258,14 @@ class RateLimiter:
         return bool(cleared), int(wait_us) / 1_000_000, _text(reason)
 
     def release(self, domain: str, lease: str) -> None:
-        """Give a concurrency lease back before it expires."""
-        with translate_redis_errors(self._client):
-            self._client.zrem(self._keys.inflight(domain.lower()), lease)
+        """Give a concurrency lease back before it expires.
+
+        Sent with this thread's next Redis command when the client holds writes
+        (worker/deferred_writes.py), at the latest when the thread runs out of messages: a lease
+        kept a few milliseconds longer only makes the domain's cap stricter, and the thread's
+        next reservation carries the release ahead of itself. Lost with Redis, it expires."""
+        with translate_redis_errors(self._client):  # a plain client sends it at once
+            write_later(self._client, "ZREM", self._keys.inflight(domain.lower()), lease)
 
     def pause(self, domain: str, seconds: float) -> None:
         """No worker gets a slot for `seconds` from now (unless a longer pause is already set)."""

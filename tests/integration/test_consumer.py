@@ -48,12 +48,13 @@ def consume_in_thread(
     subscriptions: list[Subscription],
     handler: Callable[[Delivery], Outcome],
     concurrency: int = 2,
+    when_idle: Callable[[], None] | None = None,
 ) -> tuple[threading.Event, threading.Thread]:
     stop = threading.Event()
     thread = threading.Thread(
         target=run_consumers,
         args=(settings, "test-consumer", subscriptions, handler, concurrency),
-        kwargs={"stop_event": stop},
+        kwargs={"stop_event": stop, "when_idle": when_idle},
         daemon=True,
     )
     thread.start()
@@ -144,3 +145,37 @@ def test_stop_returns_unfinished_messages_to_the_queue(settings: Settings) -> No
     assert not thread.is_alive()
     assert 1 <= len(handled) < 20
     wait_for(lambda: depth(settings, work_queue(ns, "bulk")) == 20 - len(handled))
+
+
+def test_a_handler_thread_out_of_messages_runs_the_idle_hook_first(settings: Settings) -> None:
+    ns = settings.crawl_namespace
+    publish_tasks(settings, "bulk", [b"one", b"two", b"three"])
+    events: list[tuple[str, str]] = []  # (what, thread name), in order
+    lock = threading.Lock()
+
+    def handler(delivery: Delivery) -> Outcome:
+        with lock:
+            events.append((delivery.body.decode(), threading.current_thread().name))
+        return Outcome.done()
+
+    def when_idle() -> None:
+        with lock:
+            events.append(("idle", threading.current_thread().name))
+        raise RuntimeError("an idle hook that fails leaves the thread working")
+
+    stop, thread = consume_in_thread(
+        settings, [Subscription(work_queue(ns, "bulk"))], handler, concurrency=1, when_idle=when_idle
+    )
+    wait_for(lambda: sum(what != "idle" for what, _ in events) == 3)
+    publish_tasks(settings, "bulk", [b"four"])
+    wait_for(lambda: any(what == "four" for what, _ in events))
+    stop.set()
+    thread.join(timeout=30)
+    handled = [what for what, _ in events if what != "idle"]
+    assert sorted(handled) == ["four", "one", "three", "two"]
+    # One handler thread: it ran the hook, on itself, each time it found nothing waiting,
+    # which it must have between the first three messages and the fourth.
+    assert {name for _, name in events} == {"test-consumer-0"}
+    before_four = [what for what, _ in events][: [what for what, _ in events].index("four")]
+    assert before_four[-1] == "idle"
+    assert depth(settings, work_queue(ns, "bulk")) == 0

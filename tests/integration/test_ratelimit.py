@@ -15,7 +15,8 @@ from redis.retry import Retry
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.settings import Settings
-from worker.ratelimit import RateLimiter
+from worker.deferred_writes import DeferringRedis
+from worker.ratelimit import RateLimiter, Reservation
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +161,24 @@ def test_unreachable_redis_is_service_unavailable(settings: Settings) -> None:
     assert caught.value.address == f"127.0.0.1:{port}/0"
     assert "redis-server" in caught.value.hint
     dead.close()
+
+
+def test_a_release_held_by_a_deferring_client_goes_ahead_of_that_threads_next_command(
+    settings: Settings,
+) -> None:
+    client = DeferringRedis.from_url(settings.redis_url)
+    limiter = RateLimiter(client, Keys(settings.redis_prefix))
+
+    def reserve() -> Reservation:
+        return limiter.reserve("held.example", 1000.0, 10, max_wait_s=0.0, max_concurrent=1, lease_s=30.0)
+
+    first = reserve()
+    assert first.reserved
+    limiter.release("held.example", first.lease)  # held for this thread's next command
+    elsewhere: list[Reservation] = []
+    other = threading.Thread(target=lambda: elsewhere.append(reserve()))
+    other.start()
+    other.join()
+    assert not elsewhere[0].reserved and elsewhere[0].reason == "busy"  # still leased
+    assert reserve().reserved  # the release went first, in the same round trip
+    client.close()
