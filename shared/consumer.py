@@ -242,7 +242,11 @@ class ConsumerRuntime:
             self._channel.basic_reject(tag, requeue=False)
         else:
             if outcome.ack:
-                self._channel.basic_ack(tag)
+                # The blocking channel's basic_ack polls the socket until this one frame is
+                # written: a poll and a write per message. Queued on the channel underneath,
+                # the acks of one wake go out together on the loop's next poll, which follows
+                # at once (and a close sends queued frames first).
+                self._channel._impl.basic_ack(tag)
             else:
                 self._channel.basic_reject(tag, requeue=outcome.requeue)
         self._unsettled.discard(tag)
