@@ -67,11 +67,15 @@ def configure_logging(level: str, service: str, fmt: str = "text", worker_id: st
 
 def run_main(service: str, main: Callable[[], int]) -> None:
     """Run `main`, turning a config mistake or an unreachable service into one line and exit 2."""
+    sys.exit(exit_code_of(service, main))
+
+
+def exit_code_of(service: str, main: Callable[[], int]) -> int:
+    """What run_main exits with, returned instead (for a forked worker, which must not unwind)."""
     try:
-        code = main()
+        return main()
     except (ConfigError, ServiceUnavailable) as exc:
         print(f"{service}: error: {exc}", file=sys.stderr)
-        code = EXIT_USER_ERROR
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        code = 130
-    sys.exit(code)
+        return 130

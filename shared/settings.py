@@ -45,6 +45,7 @@ class Settings:
     # Worker.
     worker_id: str = field(default_factory=default_worker_id)
     fetch_concurrency: int = 8  # fetches in flight per worker process
+    worker_processes: int = 1  # `python -m worker` forks this many workers (worker/pool.py)
     fetch_connect_timeout_s: float = 5.0
     fetch_read_timeout_s: float = 15.0
     fetch_deadline_s: float = 30.0  # whole fetch, body included
@@ -114,7 +115,13 @@ class Settings:
             raise ConfigError(f"MAX_ATTEMPTS: must be at least 1, got {self.max_attempts}")
         if not self.retry_delays_s or any(d <= 0 for d in self.retry_delays_s):
             raise ConfigError("RETRY_DELAYS_S: expected positive seconds, e.g. '5,30'")
-        for name in ("fetch_concurrency", "max_redirects", "max_body_bytes", "publish_batch_size"):
+        for name in (
+            "fetch_concurrency",
+            "worker_processes",
+            "max_redirects",
+            "max_body_bytes",
+            "publish_batch_size",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.upper()}: must be at least 1")
         if self.rate_limit_rps <= 0:

@@ -8,12 +8,13 @@ import logging
 import resource
 
 from shared import db
-from shared.cli import configure_logging, run_main
+from shared.cli import configure_logging, exit_code_of, run_main
 from shared.consumer import Subscription, run_consumers
 from shared.metrics import start_metrics_server
 from shared.settings import Settings
 from shared.topology import work_queue
 from worker.deferred_writes import flush
+from worker.pool import run_pool
 from worker.store import ResultStore
 from worker.wiring import build_handler, connect_redis
 
@@ -32,18 +33,52 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "Settings come from the environment (see .env.example).",
     )
     parser.add_argument("--concurrency", type=int, help="fetches in flight (default: FETCH_CONCURRENCY)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        help="worker processes, forked after start-up by one that supervises them (default: "
+        "WORKER_PROCESSES, 1); each has its own fetches in flight",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings.from_env()
-    if args.concurrency:
-        settings = dataclasses.replace(settings, fetch_concurrency=args.concurrency)
+    if args.concurrency or args.processes:
+        settings = dataclasses.replace(
+            settings,
+            fetch_concurrency=args.concurrency or settings.fetch_concurrency,
+            worker_processes=args.processes or settings.worker_processes,
+        )
         settings.validate()
-    configure_logging(settings.log_level, "worker", settings.log_format, settings.worker_id)
+    if settings.worker_processes == 1:
+        configure_logging(settings.log_level, "worker", settings.log_format, settings.worker_id)
+        return serve(settings)
+    configure_logging(settings.log_level, "worker", settings.log_format, f"{settings.worker_id}-pool")
+    db.ensure_schema(settings)  # once, before the workers exist
+    return run_pool(
+        settings.worker_processes,
+        lambda index: exit_code_of("worker", lambda: serve(pool_member(settings, index), schema_ready=True)),
+    )
+
+
+def pool_member(settings: Settings, index: int) -> Settings:
+    """Worker `index` of a pool: an id of its own, and the metrics port after the one before."""
+    member = dataclasses.replace(
+        settings,
+        worker_id=f"{settings.worker_id}-{index}",
+        metrics_port=settings.metrics_port + index if settings.metrics_port else 0,
+    )
+    logging.getLogger().handlers.clear()  # the parent's, which name the pool
+    configure_logging(member.log_level, "worker", member.log_format, member.worker_id)
+    return member
+
+
+def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     start_metrics_server(settings)
-    db.ensure_schema(settings)
+    if not schema_ready:
+        db.ensure_schema(settings)
     client = connect_redis(settings)
     handler = build_handler(settings, client)
     ns = settings.crawl_namespace

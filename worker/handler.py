@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-
 from shared import metrics
 from shared.broker import Publication
 from shared.consumer import Delivery, Outcome

@@ -41,7 +41,7 @@ def new_soup(markup: str, *, multi_valued_attributes: bool = True) -> BeautifulS
     key = "multi" if multi_valued_attributes else "single"
     builder = getattr(_builders, key, None)
     if builder is None:
-        builder = HtmlTreeBuilder() if multi_valued_attributes else HtmlTreeBuilder(multi_valued_attributes=None)
+        builder = HtmlTreeBuilder(**({} if multi_valued_attributes else {"multi_valued_attributes": None}))
         setattr(_builders, key, builder)
     return BeautifulSoup(markup, builder=builder)
 
@@ -59,7 +59,8 @@ class HtmlTreeBuilder(LXMLTreeBuilder):
         super().initialize_soup(soup)
         if soup.element_classes or soup.parse_only:
             raise ValueError("HtmlTreeBuilder builds plain trees: no element_classes, no parse_only")
-        if self._fields_by_name and next(iter(self._fields_by_name.values()))["parser_class"] is not type(soup):
+        cached = next(iter(self._fields_by_name.values()), None)
+        if cached is not None and cached["parser_class"] is not type(soup):
             self._fields_by_name.clear()
 
     def parser_for(self, encoding: Any) -> Any:
@@ -85,12 +86,12 @@ class HtmlTreeBuilder(LXMLTreeBuilder):
             if "{" in "".join(attrib):  # <a {urn:x}href=...>: bs4 reads it as a namespaced href
                 super().start(tag, attrib, nsmap or {})
                 return
-            attrs = self.attribute_dict_class(attrib)  # a copy: lxml may hand over a read-only mapping
+            attrs: Any = self.attribute_dict_class(attrib)  # a copy: lxml may hand over a read-only mapping
             if self.cdata_list_attributes:
                 attrs = self._replace_cdata_list_attribute_values(tag, attrs)
         else:
             attrs = self.attribute_dict_class()
-        parent = soup.currentTag
+        parent: Any = soup.currentTag  # the soup itself at the least
         previous = soup._most_recent_element
         siblings = parent.contents
         element = _new_tag(Tag)
@@ -176,7 +177,7 @@ class HtmlTreeBuilder(LXMLTreeBuilder):
         string_class = NavigableString
         if soup.string_container_stack:  # text of a <script>, <style>, <template>, <rt> or <rp>
             string_class = self.string_containers.get(soup.string_container_stack[-1].name, NavigableString)
-        parent = soup.currentTag
+        parent: Any = soup.currentTag
         previous = soup._most_recent_element
         siblings = parent.contents
         string = _new_string(string_class, text)

@@ -18,10 +18,43 @@ pytestmark = pytest.mark.unit
 
 bounded = hypothesis_settings(max_examples=300, deadline=None, database=None, derandomize=True)
 
-TAGS = ["p", "a", "div", "svg", "use", "math", "title", "script", "style", "template", "pre", "textarea",
-        "rt", "rp", "meta", "table", "td", "br", "x:y", "html", "body"]
-ATTRIBUTES = ["href", "class", "rel", "xlink:href", "xmlns", "xmlns:q", "{urn:x}href", "data-{a}", "lang",
-              "charset", "http-equiv", "content"]
+TAGS = [
+    "p",
+    "a",
+    "div",
+    "svg",
+    "use",
+    "math",
+    "title",
+    "script",
+    "style",
+    "template",
+    "pre",
+    "textarea",
+    "rt",
+    "rp",
+    "meta",
+    "table",
+    "td",
+    "br",
+    "x:y",
+    "html",
+    "body",
+]
+ATTRIBUTES = [
+    "href",
+    "class",
+    "rel",
+    "xlink:href",
+    "xmlns",
+    "xmlns:q",
+    "{urn:x}href",
+    "data-{a}",
+    "lang",
+    "charset",
+    "http-equiv",
+    "content",
+]
 VALUES = ["", "v", "a b", "&amp;", "<", "Content-Type", "text/html; charset=latin-1"]
 PIECES = st.one_of(
     st.builds(
@@ -30,15 +63,36 @@ PIECES = st.one_of(
         st.lists(st.tuples(st.sampled_from(ATTRIBUTES), st.sampled_from(VALUES))),
     ),
     st.builds(lambda tag: f"</{tag}>", st.sampled_from(TAGS)),
-    st.sampled_from(["<!-- c -->", "<!-- \n -->", "<![CDATA[x]]>", "<?php x ?>", "<!DOCTYPE html>", "&nbsp;",
-                     "&x;", "<", " ", "\n\t"]),
+    st.sampled_from(
+        [
+            "<!-- c -->",
+            "<!-- \n -->",
+            "<![CDATA[x]]>",
+            "<?php x ?>",
+            "<!DOCTYPE html>",
+            "&nbsp;",
+            "&x;",
+            "<",
+            " ",
+            "\n\t",
+        ]
+    ),
     st.text(max_size=8),
 )
 
 LINKS = ("parent", "previous_element", "next_element", "previous_sibling", "next_sibling")
 # The soup's parse state, compared apart from its fields as a tag.
-SOUP_STATE = ("builder", "markup", "tagStack", "currentTag", "_most_recent_element", "current_data",
-              "open_tag_counter", "preserve_whitespace_tag_stack", "string_container_stack")
+SOUP_STATE = (
+    "builder",
+    "markup",
+    "tagStack",
+    "currentTag",
+    "_most_recent_element",
+    "current_data",
+    "open_tag_counter",
+    "preserve_whitespace_tag_stack",
+    "string_container_stack",
+)
 
 
 def anatomy(soup: BeautifulSoup) -> tuple[list[Any], Any]:
@@ -57,7 +111,9 @@ def anatomy(soup: BeautifulSoup) -> tuple[list[Any], Any]:
             fields["contents"] = [at(child) for child in node.contents]
             fields["attrs"] = [(type(k), str(k), type(v), v) for k, v in node.attrs.items()]
         text = None if isinstance(node, Tag) else str(node)
-        described.append((type(node), text, sorted(fields.items()), [at(getattr(node, link)) for link in LINKS]))
+        described.append(
+            (type(node), text, sorted(fields.items()), [at(getattr(node, link)) for link in LINKS])
+        )
     state = (
         [at(tag) for tag in soup.tagStack],
         at(soup.currentTag),

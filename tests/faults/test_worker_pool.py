@@ -1,0 +1,108 @@
+"""`python -m worker --processes N`: the forked workers share the work, a stop reaches them all,
+and a worker that dies takes the pool down with nothing lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shared import db
+from shared.settings import Settings
+from tests.faults.conftest import SIZE, Size
+from tests.faults.fleet import STOP_BOUND_S, Fleet
+from tests.faults.ledger import wait_for_ledger, wait_for_progress
+from tests.faults.site import FaultSite, SiteShape
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+
+PAGES = 300
+
+
+def pool_members(parent_pid: int) -> list[int]:
+    children = Path(f"/proc/{parent_pid}/task/{parent_pid}/children").read_text().split()
+    return sorted(int(pid) for pid in children)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def stored_by_worker(settings: Settings, run_id: str) -> dict[str, int]:
+    with db.connect(settings, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT worker_id, count(*) FROM pages WHERE run_id = %s GROUP BY worker_id", (run_id,)
+        ).fetchall()
+    return {worker_id: count for worker_id, count in rows}
+
+
+def gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_pool_shares_the_crawl_and_stops_as_one(
+    settings: Settings,
+    size: Size,
+    env: Callable[..., dict[str, str]],
+    site: Callable[[SiteShape], FaultSite],
+    fleet: Callable[[dict[str, str]], Fleet],
+) -> None:
+    web = site(SiteShape(pages=PAGES, page_delay_s=0.01))
+    procs = fleet(env(WORKER_ID="pool"))
+    procs.start("dlq_consumer", "dlq_consumer", "consume")
+    pool = procs.start("worker-pool", "worker", "--processes", "2", "--concurrency", "4")
+    wait_until(lambda: len(pool_members(pool.pid)) == 2)
+    members = pool_members(pool.pid)
+    assert procs.producer("pool", "--sitemap", web.sitemap_index).wait(timeout=60) == 0
+
+    ledger = wait_for_ledger(settings, "pool", web.urls(), size.settle_s, check=procs.assert_alive)
+    assert ledger.lost == [] and ledger.duplicated == []
+    assert len(ledger.stored) == PAGES
+    by_worker = stored_by_worker(settings, "pool")
+    assert set(by_worker) == {"pool-0", "pool-1"}, by_worker  # each forked worker has its own id
+    assert all(count > 0 for count in by_worker.values())
+
+    exits = procs.stop()
+    assert exits["worker-pool"].code == 0
+    assert exits["worker-pool"].seconds < STOP_BOUND_S
+    assert all(gone(pid) for pid in members)  # the stop reached every worker
+
+
+def test_a_worker_that_dies_takes_the_pool_down_and_loses_nothing(
+    settings: Settings,
+    size: Size,
+    env: Callable[..., dict[str, str]],
+    site: Callable[[SiteShape], FaultSite],
+    fleet: Callable[[dict[str, str]], Fleet],
+) -> None:
+    web = site(SiteShape(pages=PAGES, page_delay_s=0.05))
+    procs = fleet(env(WORKER_ID="doomed"))
+    procs.start("dlq_consumer", "dlq_consumer", "consume")
+    pool = procs.start("worker-pool", "worker", "--processes", "2", "--concurrency", "4")
+    wait_until(lambda: len(pool_members(pool.pid)) == 2)
+    survivor_pid, victim_pid = pool_members(pool.pid)
+    producer = procs.producer("doomed", "--sitemap", web.sitemap_index)
+    wait_for_progress(settings, "doomed", PAGES // 4, size.settle_s, procs.assert_alive)
+
+    os.kill(victim_pid, signal.SIGKILL)
+    assert pool.wait(timeout=STOP_BOUND_S + 10) == 128 + signal.SIGKILL  # the pool says how it ended
+    assert gone(survivor_pid)  # stopped by the pool, not left running alone
+    del procs.running["worker-pool"]
+
+    # Started again, as a restart policy would.
+    procs.start("worker-pool-2", "worker", "--processes", "2", "--concurrency", "4")
+    assert producer.wait(timeout=60) == 0
+    ledger = wait_for_ledger(settings, "doomed", web.urls(), size.settle_s, check=procs.assert_alive)
+    assert ledger.lost == [] and ledger.duplicated == []
+    assert len(ledger.stored) == PAGES
+    assert set(ledger.stored.values()) == {0}  # the crash was charged to no URL
