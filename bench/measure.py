@@ -46,6 +46,8 @@ class Children:
     def reap(self, child: Child) -> Child:
         _, status, usage = os.wait4(child.process.pid, 0)
         child.process.returncode = child.exit_code = os.waitstatus_to_exitcode(status)
+        # A worker pool's figure includes its workers: Linux adds the usage of the children a
+        # process has reaped to its own.
         child.cpu_s = usage.ru_utime + usage.ru_stime
         # Not usage.ru_maxrss: Linux carries the peak of the memory a process had before exec
         # into it, and a child started with vfork had ours, so a large benchmark process
@@ -78,7 +80,16 @@ class Children:
 
 
 def _peak_rss_mb(pid: int) -> float:
-    """The peak resident memory of a live process (VmHWM), or 0 once it has exited."""
+    """The peak resident memory (VmHWM) of a live process, or of the largest of the workers it
+    forked (a worker pool); 0 once it has exited."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return max([_own_peak_rss_mb(pid), *(_own_peak_rss_mb(int(child)) for child in children)])
+
+
+def _own_peak_rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
