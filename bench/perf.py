@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench.dedup_memory import dedup_bytes_per_url
 from bench.measure import Children, services_cpu_s
+from bench.raw_publish import raw_publish_rate
 from shared.accounting import account
 from shared.settings import Settings
 from shared.teardown import remove_pipeline
@@ -375,6 +376,13 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 f">= 20000: {verdict(rate >= 20000)}",
             )
+        raw_rate = raw_publish_rate(Settings.from_env(pipeline_env(f"bench{secrets.token_hex(4)}")))
+        table.add(
+            "  this machine today: pika alone, persistent messages/s, no confirms (ratio: producer / it)",
+            f"{raw_rate:.0f}",
+            "",
+            f"{rate / raw_rate:.2f}x",
+        )
 
     if "floor" in sections:
         # Imported here: Scrapy and Twisted would swell this process for every other section.
