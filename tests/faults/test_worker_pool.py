@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.faults.site import FaultSite, SiteShape
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
 
 PAGES = 300
+POOL_ARGS = ("--processes", "2", "--concurrency", "4")
 
 
 def pool_members(parent_pid: int) -> list[int]:
@@ -43,6 +45,14 @@ def stored_by_worker(settings: Settings, run_id: str) -> dict[str, int]:
     return {worker_id: count for worker_id, count in rows}
 
 
+def start_pool(procs: Fleet) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """The dead-letter consumer and a pool of two workers; the pool and its workers' pids."""
+    procs.start("dlq_consumer", "dlq_consumer", "consume")
+    pool = procs.start("worker-pool", "worker", *POOL_ARGS)
+    wait_until(lambda: len(pool_members(pool.pid)) == 2)
+    return pool, pool_members(pool.pid)
+
+
 def gone(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
@@ -59,10 +69,7 @@ def test_a_pool_shares_the_crawl_and_stops_as_one(
 ) -> None:
     web = site(SiteShape(pages=PAGES, page_delay_s=0.01))
     procs = fleet(env(WORKER_ID="pool"))
-    procs.start("dlq_consumer", "dlq_consumer", "consume")
-    pool = procs.start("worker-pool", "worker", "--processes", "2", "--concurrency", "4")
-    wait_until(lambda: len(pool_members(pool.pid)) == 2)
-    members = pool_members(pool.pid)
+    _pool, members = start_pool(procs)
     assert procs.producer("pool", "--sitemap", web.sitemap_index).wait(timeout=60) == 0
 
     ledger = wait_for_ledger(settings, "pool", web.urls(), size.settle_s, check=procs.assert_alive)
@@ -87,10 +94,7 @@ def test_a_worker_that_dies_takes_the_pool_down_and_loses_nothing(
 ) -> None:
     web = site(SiteShape(pages=PAGES, page_delay_s=0.05))
     procs = fleet(env(WORKER_ID="doomed"))
-    procs.start("dlq_consumer", "dlq_consumer", "consume")
-    pool = procs.start("worker-pool", "worker", "--processes", "2", "--concurrency", "4")
-    wait_until(lambda: len(pool_members(pool.pid)) == 2)
-    survivor_pid, victim_pid = pool_members(pool.pid)
+    pool, (survivor_pid, victim_pid) = start_pool(procs)
     producer = procs.producer("doomed", "--sitemap", web.sitemap_index)
     wait_for_progress(settings, "doomed", PAGES // 4, size.settle_s, procs.assert_alive)
 
@@ -100,7 +104,7 @@ def test_a_worker_that_dies_takes_the_pool_down_and_loses_nothing(
     del procs.running["worker-pool"]
 
     # Started again, as a restart policy would.
-    procs.start("worker-pool-2", "worker", "--processes", "2", "--concurrency", "4")
+    procs.start("worker-pool-2", "worker", *POOL_ARGS)
     assert producer.wait(timeout=60) == 0
     ledger = wait_for_ledger(settings, "doomed", web.urls(), size.settle_s, check=procs.assert_alive)
     assert ledger.lost == [] and ledger.duplicated == []
