@@ -3,9 +3,9 @@
 Sitemaps come from strangers, so:
   * the byte cap applies to DECOMPRESSED bytes (a small gzip can inflate to gigabytes);
   * XML is parsed by defusedxml with DTDs forbidden (no entity expansion, no external files);
-  * parsing streams: each <url> is handed on and dropped, so a 50,000-URL file never sits in
-    memory as a tree; elements nothing reads are dropped as they end, nesting and the bytes of
-    one tag are bounded, so no document costs much more memory than one entry;
+  * parsing streams and builds no tree: each entry's fields are picked out of expat's events
+    and handed on, everything else is skipped as it goes by, and nesting and the bytes of one
+    tag are bounded, so no document costs much more memory than one entry;
   * indexes nest only to a bounded depth and each sitemap is read once per run;
   * one broken sitemap is recorded with a one-line reason and the others go on: on any bytes,
     nothing but SitemapError leaves `parse_sitemap`, and nothing at all leaves SitemapReader.
@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urljoin
-from xml.etree.ElementTree import Element, ParseError
+from xml.etree.ElementTree import ParseError
 
 import defusedxml
 import defusedxml.ElementTree
@@ -247,46 +247,28 @@ def _parse_text(stream: _CappedReader, source: str) -> Iterator[SitemapEntry]:
 
 
 def _parse_xml(stream: _CappedReader, source: str) -> Iterator[SitemapEntry | ChildSitemap]:
-    events = defusedxml.ElementTree.iterparse(
-        stream,
-        events=("start", "end"),
-        forbid_dtd=True,
-        forbid_entities=True,
-        forbid_external=True,
+    builder = _EntryBuilder(source)
+    parser = defusedxml.ElementTree.XMLParser(
+        target=builder, forbid_dtd=True, forbid_entities=True, forbid_external=True
     )
+    # expat calls the builder straight, not through ElementTree's wrappers, which expand every
+    # tag name and attribute list into new objects: a sitemap never reads an attribute. The
+    # defusing handlers defusedxml set on the same expat parser stay in place.
+    parser.parser.StartElementHandler = builder.start
+    parser.parser.EndElementHandler = builder.end
     stream.max_bytes_unmarked = MAX_XML_TOKEN_BYTES
-    open_elements: list[Element] = []
-    kind = ""
-    fields_kept = 0  # of the current entry
     try:
-        for event, elem in events:
-            stream.mark()
-            if event == "start":
-                open_elements.append(elem)
-                fields_kept = 0 if len(open_elements) == 2 else fields_kept
-                if len(open_elements) > MAX_XML_DEPTH:
-                    raise SitemapError(f"XML nested deeper than {MAX_XML_DEPTH} elements")
-                if not kind:
-                    kind = _localname(elem.tag)
-                    if kind not in ("urlset", "sitemapindex"):
-                        raise SitemapError(f"not a sitemap (root element <{kind[:40]}>)")
-                continue
-            open_elements.pop()
-            if not open_elements:  # the root's end: what may follow builds no objects
+        while chunk := stream.read(READ_CHUNK_BYTES):
+            parser.feed(chunk)
+            if builder.events:
+                stream.mark()
+                builder.events = 0
+            if builder.entries:
+                yield from builder.entries
+                builder.entries = []
+            if builder.root_ended:  # what may follow the root builds nothing
                 stream.max_bytes_unmarked = None
-                continue
-            parent = open_elements[-1]
-            if len(open_elements) == 1:  # an entry: a direct child of the root
-                item = _entry(elem, kind, source)
-                if item is not None:
-                    yield item
-                parent.clear()  # drop what was handed on, so memory stays flat
-            elif len(open_elements) == 2 and _localname(elem.tag) in ENTRY_FIELDS:
-                fields_kept += 1
-                if fields_kept > MAX_ENTRY_FIELDS:
-                    parent.remove(elem)
-            else:
-                parent.remove(elem)  # nothing will read it (images, extensions, junk)
+        parser.close()
     except ParseError as exc:
         raise SitemapError(f"bad XML: {exc}") from None
     except LookupError as exc:  # an encoding Python does not know, named in the declaration
@@ -295,13 +277,80 @@ def _parse_xml(stream: _CappedReader, source: str) -> Iterator[SitemapEntry | Ch
         raise SitemapError("XML with a DTD refused (entity expansion risk)") from None
     except defusedxml.DefusedXmlException as exc:
         raise SitemapError(f"XML refused: {exc.__class__.__name__}") from None
-    if not kind:
+    yield from builder.entries  # none: an entry ends before its root does
+    if not builder.kind:
         raise SitemapError("empty document")
 
 
-def _entry(elem: Element, kind: str, source: str) -> SitemapEntry | ChildSitemap | None:
-    name = _localname(elem.tag)
-    fields = {_localname(child.tag): (child.text or "").strip() for child in elem}
+class _EntryBuilder:
+    """Takes expat's element events for a urlset or index and keeps only what an entry needs:
+    the text of the first MAX_ENTRY_FIELDS field elements of each direct child of the root.
+    No tree is built; everything else (images, extensions, junk) is skipped as it streams by.
+
+    Element names arrive as expat gives them ('namespace}loc' or 'loc'): only the local name
+    counts, as sitemaps in the wild use several namespaces or none.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.kind = ""  # the root's local name
+        self.entries: list[SitemapEntry | ChildSitemap] = []  # made since the caller last took them
+        self.events = 0  # starts and ends since the caller last looked
+        self.root_ended = False
+        self._depth = 0
+        self._entry_name = ""
+        self._fields: dict[str, str] = {}
+        self._fields_seen = 0
+        self._field = ""  # the field element being read, at depth 3
+        self._text: list[str] = []  # its text so far
+        self._reading = False  # as ElementTree's .text: a field's text ends where a child begins
+
+    def start(self, tag: str, _attributes: list[str]) -> None:
+        self.events += 1
+        self._depth = depth = self._depth + 1
+        if depth == 3:  # a field of an entry
+            name = tag.rpartition("}")[2]
+            if name in ENTRY_FIELDS:
+                self._fields_seen += 1
+                if self._fields_seen <= MAX_ENTRY_FIELDS:
+                    self._field, self._text, self._reading = name, [], True
+        elif depth == 2:  # an entry
+            self._entry_name = tag.rpartition("}")[2]
+            self._fields = {}
+            self._fields_seen = 0
+        elif depth == 1:
+            self.kind = tag.rpartition("}")[2]
+            if self.kind not in ("urlset", "sitemapindex"):
+                raise SitemapError(f"not a sitemap (root element <{self.kind[:40]}>)")
+        else:
+            self._reading = False
+            if depth > MAX_XML_DEPTH:
+                raise SitemapError(f"XML nested deeper than {MAX_XML_DEPTH} elements")
+
+    def data(self, text: str) -> None:
+        if self._reading:
+            self._text.append(text)
+
+    def end(self, _tag: str) -> None:
+        self.events += 1
+        depth = self._depth
+        self._depth = depth - 1
+        if depth == 3:
+            if self._field:
+                self._fields[self._field] = "".join(self._text).strip()
+                self._field, self._reading = "", False
+        elif depth == 2:
+            entry = _entry(self._entry_name, self._fields, self.kind, self.source)
+            if entry is not None:
+                self.entries.append(entry)
+        elif depth == 1:
+            self.root_ended = True
+
+    def close(self) -> None:
+        pass
+
+
+def _entry(name: str, fields: dict[str, str], kind: str, source: str) -> SitemapEntry | ChildSitemap | None:
     loc = fields.get("loc")
     if not loc:
         return None
@@ -317,12 +366,6 @@ def _entry(elem: Element, kind: str, source: str) -> SitemapEntry | ChildSitemap
             changefreq=changefreq if changefreq in CHANGEFREQS else None,
         )
     return None
-
-
-def _localname(tag: str) -> str:
-    """'{http://www.sitemaps.org/schemas/sitemap/0.9}loc' -> 'loc': sitemaps in the wild use
-    several namespaces (or none), so only the local name counts."""
-    return tag.rpartition("}")[2]
 
 
 def _priority(text: str) -> float | None:
