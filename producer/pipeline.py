@@ -35,7 +35,7 @@ from producer.routing import Router
 from producer.sitemaps import SitemapEntry
 from shared.broker import Publication
 from shared.errors import ServiceUnavailable
-from shared.messages import QUEUE_KINDS, CrawlTask
+from shared.messages import QUEUE_KINDS, TaskBodies
 from shared.topology import new_task_routing_key, work_exchange
 from shared.urls import InvalidURL, canonicalize, fingerprint
 
@@ -122,7 +122,7 @@ class _Claiming:
 @dataclass
 class _InFlight:
     fingerprints: list[bytes]
-    tasks: list[CrawlTask]
+    queues: list[str]  # the kind of queue each URL went to
     publications: list[Publication]
     token: bytes
     outcomes: Outcomes
@@ -274,13 +274,19 @@ class Pipeline:
 
     def _submit(self, batch: list[_Candidate], token: bytes, duplicates: int) -> None:
         now = self._clock()
-        tasks = [self._task(c, now) for c in batch]
-        publications = [self._publication(task) for task in tasks]
+        recrawl_of = self._previous_run.run_id if self._previous_run is not None else None
+        bodies = TaskBodies(self.run_id, now, recrawl_of)
+        queues = []
+        publications = []
+        for candidate in batch:
+            queue, publication = self._publication(candidate, bodies, now)
+            queues.append(queue)
+            publications.append(publication)
         outcomes = self._patiently("publishing", lambda: self._publisher.submit(publications))
         self._in_flight.append(
             _InFlight(
                 fingerprints=[c.fingerprint for c in batch],
-                tasks=tasks,
+                queues=queues,
                 publications=publications,
                 token=token,
                 outcomes=outcomes,
@@ -299,31 +305,31 @@ class Pipeline:
         self.counts.not_due += len(batch) - len(due)
         return due
 
-    def _task(self, candidate: _Candidate, now: float) -> CrawlTask:
+    def _publication(self, candidate: _Candidate, bodies: TaskBodies, now: float) -> tuple[str, Publication]:
+        """The queue kind `candidate` is routed to, and its message: the body a CrawlTask of it
+        would encode to, made without one (the producer makes one for every URL)."""
         entry = candidate.entry
         route = self._router.route(candidate.canonical, entry.priority, entry.lastmod, now)
-        return CrawlTask(
-            url=candidate.canonical,
-            run_id=self.run_id,
-            queue=route.queue,
-            priority=route.message_priority if route.queue == "priority" else 0,
-            lastmod=entry.lastmod,
-            changefreq=entry.changefreq,
-            sitemap_priority=entry.priority,
-            source=entry.source,
-            enqueued_at=now,
-            recrawl_of=self._previous_run.run_id if self._previous_run is not None else None,
+        queue = route.queue
+        priority = route.message_priority if queue == "priority" else 0
+        body = bodies.body(
+            candidate.canonical,
+            queue,
+            priority,
+            entry.lastmod,
+            entry.changefreq,
+            entry.priority,
+            entry.source,
         )
-
-    def _publication(self, task: CrawlTask) -> Publication:
-        return Publication(
-            exchange=self._exchange,
-            routing_key=self._routing_keys[task.queue],
-            body=task.encode(),
-            # No progress headers: a message without them is a URL's first attempt
-            # (shared/messages.py), and RabbitMQ spends less on a message without a table.
-            priority=task.priority if task.queue == "priority" else None,
+        # No progress headers: a message without them is a URL's first attempt
+        # (shared/messages.py), and RabbitMQ spends less on a message without a table.
+        publication = Publication(
+            self._exchange,
+            self._routing_keys[queue],
+            body,
+            priority=priority if queue == "priority" else None,
         )
+        return queue, publication
 
     def _complete(self, item: _InFlight) -> None:
         outcomes = item.outcomes.wait()
@@ -347,10 +353,10 @@ class Pipeline:
         self._settle(item, set(failed))
 
     def _settle(self, item: _InFlight, failed: set[int]) -> None:
-        confirmed = [i for i in range(len(item.tasks)) if i not in failed]
+        confirmed = [i for i in range(len(item.queues)) if i not in failed]
         added = dict.fromkeys(QUEUE_KINDS, 0)
         for i in confirmed:
-            added[item.tasks[i].queue] += 1
+            added[item.queues[i]] += 1
         counters = {f"enqueued.{kind}": n for kind, n in added.items()}
         counters.update(duplicates=item.duplicates, invalid=item.invalid)
         self._unmarked += [item.fingerprints[i] for i in confirmed]

@@ -46,7 +46,7 @@ MAX_XML_TOKEN_BYTES = 256 * 1024
 MAX_TEXT_LINE_BYTES = 16 * 1024  # far past the longest URL we accept
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made for every URL read, and frozen ones build slowly
 class SitemapEntry:
     """A URL as a sitemap or URL file gave it (not yet canonical) with its hints."""
 
@@ -369,6 +369,8 @@ def _entry(name: str, fields: dict[str, str], kind: str, source: str) -> Sitemap
 
 
 def _priority(text: str) -> float | None:
+    if not text:  # most entries have none, and a float() that fails costs an exception
+        return None
     try:
         value = float(text)
     except ValueError:

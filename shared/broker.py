@@ -36,7 +36,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: the producer makes one for every URL, and frozen ones build slowly
 class Publication:
     """One message to publish, persistent, waiting for the broker's confirm."""
 

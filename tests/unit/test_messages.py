@@ -12,7 +12,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from shared.errors import DecodeError
-from shared.messages import CrawlTask, Failure, Progress
+from shared.messages import CrawlTask, Failure, Progress, TaskBodies
 
 pytestmark = pytest.mark.unit
 
@@ -55,6 +55,39 @@ tasks = st.builds(
 def test_a_task_encodes_as_json_dumps_of_its_fields(task: CrawlTask) -> None:
     """encode() spells the JSON out by hand; it must give json.dumps's bytes, whatever the values."""
     assert task.encode() == json.dumps(dataclasses.asdict(task), separators=(",", ":")).encode()
+
+
+@hypothesis_settings(max_examples=200, deadline=None, database=None, derandomize=True)
+@given(st.lists(tasks, min_size=1, max_size=6), st.booleans())
+def test_one_encoder_for_a_batch_gives_each_task_its_own_bytes(
+    batch: list[CrawlTask], same_source: bool
+) -> None:
+    """The producer spells a batch's shared fields once and a source once for the URLs in a
+    row that share it; every body must still be its own task's."""
+    first = batch[0]
+    source = first.source
+    batch = [
+        dataclasses.replace(
+            task,
+            run_id=first.run_id,
+            enqueued_at=first.enqueued_at,
+            recrawl_of=first.recrawl_of,
+            source=source if same_source else task.source,
+        )
+        for task in batch
+    ]
+    bodies = TaskBodies(first.run_id, first.enqueued_at, first.recrawl_of)
+    for task in batch:
+        body = bodies.body(
+            task.url,
+            task.queue,
+            task.priority,
+            task.lastmod,
+            task.changefreq,
+            task.sitemap_priority,
+            task.source,
+        )
+        assert body == json.dumps(dataclasses.asdict(task), separators=(",", ":")).encode()
 
 
 @pytest.mark.parametrize(
