@@ -9,9 +9,12 @@ cache read) carries it along in one pipeline, in order, ahead of itself, and `fl
 what is held when no command follows: the worker calls it whenever a handler thread finds no
 message waiting.
 
-Only writes whose moment does not matter may be deferred: the marker that must exist *before*
-a fetch is written at once. A held write that fails is logged and dropped: a missing cache
-entry costs a refetch, a marker left behind expires by itself. If the round trip itself fails
+Only writes whose moment does not matter may be deferred, or writes that are sent the moment
+it comes: the "handling" marker, which must exist before a fetch, is held from the start of a
+handling until its cache read carries it, and `flush()` sends it just before the fetch if no
+command did. A held write that fails is logged and dropped: a missing cache entry costs a
+refetch, a marker left behind expires by itself, and a marker missing (only a Redis that
+refuses writes loses one) leaves one crash of that message uncounted. If the round trip itself fails
 (Redis unreachable), the held writes are lost with it and the caller's command fails as it
 would have alone.
 """

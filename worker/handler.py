@@ -163,6 +163,9 @@ class CrawlHandler:
             return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
 
     def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
+        if self.delivery_limit is not None:
+            self.delivery_limit.mark_handling(self._local.delivery)
+            self._local.marked = True
         rules = self._robots_rules(task.url)
         if rules is not None and not rules.allows(task.url):
             return self._skip(task, "robots", "disallowed by robots.txt")
@@ -258,10 +261,10 @@ class CrawlHandler:
         return fetched
 
     def _risky(self, send: Callable[[], T]) -> T:
-        """Marks the message as being handled before the part that could kill the worker."""
-        if self.delivery_limit is not None and not self._local.marked:
-            self.delivery_limit.mark_handling(self._local.delivery)
-            self._local.marked = True
+        """Makes sure the message's handling marker is in Redis before the part that could kill
+        the worker."""
+        if self.delivery_limit is not None:
+            self.delivery_limit.before_risk()
         return send()
 
     def _fetcher(self) -> Fetch:

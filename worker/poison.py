@@ -39,7 +39,7 @@ from shared.keys import Keys
 from shared.messages import REPLAY_HEADER, CrawlTask, Failure, Progress
 from shared.redis_errors import translate_redis_errors
 from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
-from worker.deferred_writes import write_later
+from worker.deferred_writes import flush, write_later
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +133,25 @@ class DeliveryLimit:
         )
 
     def mark_handling(self, delivery: Delivery) -> None:
-        """Called just before the risky part (the fetch and the parse): if the worker dies now,
-        this message is a suspect, and its redelivery counts."""
-        with translate_redis_errors(self._client):
-            self._client.set(
-                self._keys.handling(message_fingerprint(delivery)), self._worker_id, ex=HANDLING_TTL_S
+        """Called as the handling starts: if the worker dies from now on (in the fetch or the
+        parse), this message is a suspect, and its redelivery counts. The marker is held for
+        the thread's next Redis command (the cache read), which carries it in the same round
+        trip; `before_risk()` makes sure it has been written."""
+        with translate_redis_errors(self._client):  # a plain client sends it at once
+            write_later(
+                self._client,
+                "SET",
+                self._keys.handling(message_fingerprint(delivery)),
+                self._worker_id,
+                "EX",
+                HANDLING_TTL_S,
             )
+
+    def before_risk(self) -> None:
+        """Call just before the part that could kill the worker: a marker not yet carried by
+        another command goes now, so that it exists in Redis before the worker can die."""
+        with translate_redis_errors(self._client):
+            flush(self._client)
 
     def unmark_handling(self, delivery: Delivery) -> None:
         """The last Redis write of a handling. Held, with the cache entry and the lease's

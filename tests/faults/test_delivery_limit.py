@@ -12,6 +12,7 @@ from shared.keys import Keys
 from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
+from worker.deferred_writes import DeferringRedis
 from worker.poison import DeliveryLimit, message_fingerprint
 
 pytestmark = pytest.mark.faults
@@ -86,3 +87,29 @@ def test_one_death_counts_once(settings: Settings, client: redis.Redis) -> None:
     limit.mark_handling(delivery(False))
     assert limit.check(delivery(True)) is None  # delivery 2 of 2
     assert limit.check(delivery(True)) is None  # still 2 of 2: the marker was taken
+
+
+def test_a_held_marker_is_in_redis_before_the_risky_part(settings: Settings, client: redis.Redis) -> None:
+    # The worker's client holds the marker for the handling's next command (its cache read);
+    # before_risk() sends it if no command came. Either way it is in Redis before the fetch.
+    keys = Keys(settings.redis_prefix)
+    worker_client = DeferringRedis.from_url(settings.redis_url)
+    try:
+        limit = DeliveryLimit(worker_client, keys, "ns", "w1")
+        marker = keys.handling(message_fingerprint(delivery(False)))
+
+        limit.mark_handling(delivery(False))
+        assert client.exists(marker) == 0  # held
+        assert worker_client.get(keys.handling("no-such-message")) is None  # the cache read
+        assert client.get(marker) == b"w1"  # carried ahead of it
+        assert 0 < int(client.ttl(marker)) <= 600
+
+        client.delete(marker)
+        limit.mark_handling(delivery(False))
+        limit.before_risk()  # no command came between: sent now
+        assert client.get(marker) == b"w1"
+        limit.before_risk()  # nothing held: no-op
+        assert limit.check(delivery(True)) is None  # the death it stands for counts
+        assert client.exists(marker) == 0
+    finally:
+        worker_client.close()
