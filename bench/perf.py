@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.dedup_memory import dedup_bytes_per_url
 from bench.measure import Children, services_cpu_s
 from bench.raw_publish import raw_publish_rate
-from shared.accounting import account
+from shared.accounting import Tally, account
 from shared.settings import Settings
 from shared.teardown import remove_pipeline
 
@@ -160,11 +160,13 @@ def run_pipeline(
             raise RuntimeError(f"producer failed with {producer.exit_code}; see {run_log}")
         expected = int(json.loads(summary_text.strip().splitlines()[-1])["enqueued_total"])
         deadline = time.monotonic() + timeout_s
-        while (final := account(settings, name)).accounted < expected:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out: {final.accounted} of {expected} accounted; see {run_log}")
-            time.sleep(0.1)
+        with Tally(settings, name) as tally:
+            while (accounted := tally.accounted()) < expected:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"timed out: {accounted} of {expected} accounted; see {run_log}")
+                time.sleep(0.1)
         elapsed = time.monotonic() - started
+        final = account(settings, name)
     finally:
         children.stop_all()
         after = services_cpu_s()

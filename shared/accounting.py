@@ -4,6 +4,9 @@ because that is where outcomes are committed before any message is acked."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import TracebackType
+
+import psycopg
 
 from shared import db
 from shared.settings import Settings
@@ -18,6 +21,11 @@ SELECT reason, count(*), coalesce(sum(greatest(attempts - 1, 0)), 0)
 FROM dead_letters WHERE run_id = %s AND state = 'dead' GROUP BY reason ORDER BY reason
 """
 SKIPS_BY_REASON = "SELECT reason, count(*) FROM skips WHERE run_id = %s GROUP BY reason ORDER BY reason"
+ACCOUNTED = """
+SELECT (SELECT count(*) FROM pages WHERE run_id = %(run_id)s)
+     + (SELECT count(*) FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead')
+     + (SELECT count(*) FROM skips WHERE run_id = %(run_id)s)
+"""
 
 
 @dataclass(frozen=True)
@@ -65,3 +73,35 @@ def account(settings: Settings, run_id: str) -> Accounting:
         dead_by_reason=dead,
         skips_by_reason=skips,
     )
+
+
+class Tally:
+    """The number of a run's URLs accounted for so far, asked as often as a waiting caller
+    likes: over one connection kept open, in one query. account() opens a connection (a new
+    server process) and reads every figure, which cost PostgreSQL about 8 ms of CPU at 5,000
+    pages, several times a second, taken from the crawl being watched."""
+
+    def __init__(self, settings: Settings, run_id: str) -> None:
+        self._settings = settings
+        self._run_id = run_id
+        with db.translate(settings):
+            self._conn: psycopg.Connection[tuple[object, ...]] = db.connect(settings, autocommit=True)
+
+    def accounted(self) -> int:
+        with db.translate(self._settings):
+            row = self._conn.execute(ACCOUNTED, {"run_id": self._run_id}).fetchone()
+        assert row is not None
+        count = row[0]
+        assert isinstance(count, int)
+        return count
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Tally:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import redis
 
-from shared.accounting import Accounting, account
+from shared.accounting import Accounting, Tally, account
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
 from shared.keys import Keys
@@ -146,22 +146,22 @@ def wait_until_accounted(
 ) -> Accounting:
     deadline = time.monotonic() + timeout_s
     last_report = 0.0
-    while True:
-        accounting = account(settings, run_id)
-        if accounting.accounted >= expected:
-            return accounting
-        if time.monotonic() > deadline:
-            raise CrawlFailed(f"timed out with {accounting.accounted} of {expected} URLs accounted for")
-        procs.check_alive()
-        if time.monotonic() - last_report > 2:
-            last_report = time.monotonic()
-            print(
-                f"  ... stored {accounting.stored}, dead letters {accounting.dead}, "
-                f"skipped {accounting.skipped} of {expected}",
-                file=out,
-                flush=True,
-            )
-        time.sleep(0.25)
+    with Tally(settings, run_id) as tally:
+        while (accounted := tally.accounted()) < expected:
+            if time.monotonic() > deadline:
+                raise CrawlFailed(f"timed out with {accounted} of {expected} URLs accounted for")
+            procs.check_alive()
+            if time.monotonic() - last_report > 2:
+                last_report = time.monotonic()
+                accounting = account(settings, run_id)
+                print(
+                    f"  ... stored {accounting.stored}, dead letters {accounting.dead}, "
+                    f"skipped {accounting.skipped} of {expected}",
+                    file=out,
+                    flush=True,
+                )
+            time.sleep(0.25)
+    return account(settings, run_id)
 
 
 def print_accounting(

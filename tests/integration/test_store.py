@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from shared import db
+from shared.accounting import Tally, account
 from shared.settings import Settings
 from worker.store import PageRow, ResultStore, SkipRow
 
@@ -153,3 +154,22 @@ def test_storing_a_page_supersedes_a_dead_letter_of_the_same_url(
     store.save_page(page("http://a.test/1", "late copy"))
     with db.connect(settings, autocommit=True) as conn:
         assert conn.execute("SELECT state FROM dead_letters").fetchall() == [("superseded",)]
+
+
+def test_a_tally_counts_what_the_full_accounting_counts(settings: Settings, store: ResultStore) -> None:
+    with Tally(settings, "r1") as tally:
+        assert tally.accounted() == 0
+        for n in range(3):
+            store.save_page(page(f"http://a.test/{n}", "t"))
+        store.save_page(page("http://a.test/0", "again"))  # a rewrite is still one URL
+        store.save_skip(SkipRow("r1", "http://a.test/private", "robots", "Disallow: /private", "w1"))
+        with db.connect(settings, autocommit=True) as conn:
+            for url, state in (("http://a.test/gone", "dead"), ("http://a.test/replayed", "replayed")):
+                conn.execute(
+                    "INSERT INTO dead_letters (run_id, url, reason, body, state) "
+                    "VALUES ('r1', %s, 'http_404', '', %s)",
+                    (url, state),
+                )
+        store.save_page(dataclasses.replace(page("http://a.test/other-run", "t"), run_id="r2"))
+        # 3 pages, 1 skip, 1 dead letter; the replayed letter and the other run's page do not count
+        assert tally.accounted() == account(settings, "r1").accounted == 5
