@@ -90,9 +90,22 @@ def ensure_schema(settings: Settings) -> None:
 
 
 def _statements(ddl: str) -> list[str]:
-    """schema.sql split into statements (it holds no functions, so ';' ends each one)."""
+    """schema.sql split into statements: at each ';' outside a $$-quoted block (a DO block's
+    body holds statements of its own)."""
     lines = [line for line in ddl.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    statements, current = [], ""
+    for index, part in enumerate("\n".join(lines).split("$$")):
+        if index % 2:  # inside $$ ... $$: kept whole
+            current += f"$${part}$$"
+            continue
+        first, *rest = part.split(";")
+        if rest:
+            statements += [current + first, *rest[:-1]]
+            current = rest[-1]
+        else:
+            current += first
+    statements.append(current)
+    return [s.strip() for s in statements if s.strip()]
 
 
 @contextlib.contextmanager

@@ -173,3 +173,14 @@ def test_a_tally_counts_what_the_full_accounting_counts(settings: Settings, stor
         store.save_page(dataclasses.replace(page("http://a.test/other-run", "t"), run_id="r2"))
         # 3 pages, 1 skip, 1 dead letter; the replayed letter and the other run's page do not count
         assert tally.accounted() == account(settings, "r1").accounted == 5
+
+
+def test_page_text_is_compressed_with_lz4(settings: Settings, store: ResultStore) -> None:
+    store.save_page(dataclasses.replace(page("http://a.test/long", "t"), body_text="word " * 2000))
+    with db.connect(settings, autocommit=True) as conn:
+        method = conn.execute(
+            "SELECT attcompression FROM pg_attribute "
+            "WHERE attrelid = 'pages'::regclass AND attname = 'body_text'"
+        ).fetchone()
+        stored = conn.execute("SELECT pg_column_compression(body_text) FROM pages").fetchone()
+    assert method == ("l",) and stored == ("lz4",)
