@@ -7,6 +7,11 @@ back with `add_callback_threadsafe`, and the connection's thread publishes what 
 (waiting for each confirm) and only then acks. A crash anywhere before the ack leaves the
 message unacked, and the broker delivers it again.
 
+A handler whose last step finishes on another thread (the worker's batched database commit)
+returns `Outcome.after(settled)`: its thread goes on to the next message at once, and the
+outcome is handed back when `settled` resolves. Until then the message stays unacked, and
+counts against the prefetch like any other.
+
 Deliveries carry the generation of the connection they came on. After a reconnect the broker
 has already requeued everything unacked, so outcomes from an older generation are dropped.
 """
@@ -14,6 +19,7 @@ has already requeued everything unacked, so outcomes from an older generation ar
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import functools
 import itertools
@@ -57,6 +63,7 @@ class Outcome:
     publications: tuple[broker.Publication, ...] = ()
     ack: bool = True
     requeue: bool = False
+    later: concurrent.futures.Future[Outcome] | None = None  # see `after`
 
     @classmethod
     def done(cls) -> Outcome:
@@ -69,6 +76,13 @@ class Outcome:
     @classmethod
     def reject(cls, requeue: bool) -> Outcome:
         return cls(ack=False, requeue=requeue)
+
+    @classmethod
+    def after(cls, settled: concurrent.futures.Future[Outcome]) -> Outcome:
+        """Decided elsewhere: the outcome `settled` resolves to, from whatever thread. If it
+        fails, the message goes back to its queue when the error is ServiceUnavailable and is
+        dead-lettered otherwise, as when a handler raises."""
+        return cls(later=settled)
 
 
 @dataclass(frozen=True)
@@ -296,7 +310,10 @@ class ConsumerRuntime:
                 outcome = Outcome.reject(requeue=True)  # never started: give it back
             else:
                 outcome = self._handle(item.delivery)
-            self._hand_back(item, outcome)
+            if outcome.later is not None:
+                outcome.later.add_done_callback(functools.partial(self._hand_back_settled, item))
+            else:
+                self._hand_back(item, outcome)
 
     def _idle(self) -> None:
         if self.when_idle is None:
@@ -323,6 +340,24 @@ class ConsumerRuntime:
                     "%s handler failed on a message from %s; dead-lettering it", self.name, delivery.queue
                 )
                 return Outcome.reject(requeue=False)
+
+    def _hand_back_settled(self, item: _Item, settled: concurrent.futures.Future[Outcome]) -> None:
+        """On the thread that resolved `settled`."""
+        error = settled.exception()
+        if error is None:
+            outcome = settled.result()
+        elif isinstance(error, ServiceUnavailable):
+            log.warning("%s: %s; the message goes back to its queue", self.name, _one_line(error))
+            outcome = Outcome.reject(requeue=True)
+        else:
+            log.error(
+                "%s failed to finish a message from %s; dead-lettering it",
+                self.name,
+                item.delivery.queue,
+                exc_info=error,
+            )
+            outcome = Outcome.reject(requeue=False)
+        self._hand_back(item, outcome)
 
     def _hand_back(self, item: _Item, outcome: Outcome) -> None:
         connection = self._connection

@@ -8,7 +8,7 @@ Prometheus adds them up across workers (``sum(rate(...))``).
 Where each metric is counted (label values in brackets):
 
     worker
-      PAGES_STORED[queue]          after store.save_page() committed, once per stored page
+      PAGES_STORED[queue]          once a page's row is committed, once per stored page
       SKIPS[reason]                after store.save_skip() committed (robots, blocked_address, ...)
       FETCH_SECONDS                around each HTTP request of a page, revalidations included
                                    (not robots.txt): observe(seconds), also for failed fetches

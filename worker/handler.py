@@ -11,6 +11,7 @@ never dropped, never acked unprocessed.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -47,8 +48,6 @@ from worker.store import PageRow, SkipRow
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-SAVE_PATIENCE_S = 120.0  # then the consumer loop pauses and runs the handler again
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ class Robots(Protocol):
 
 
 class Store(Protocol):
-    def save_page(self, row: PageRow) -> None: ...
+    def save_page_later(self, row: PageRow, committed: Callable[[BaseException | None], None]) -> None: ...
 
     def save_skip(self, row: SkipRow) -> None: ...
 
@@ -174,35 +173,34 @@ class CrawlHandler:
             html = decode_html(response.body, response.content_type)
             page = parse_page(html, response.final_url)
             profile, extracted = self._extract(task.url, html)
-        self._save_patiently(self._row(task, response, page, progress, profile, extracted))
-        metrics.PAGES_STORED.labels(task.queue).inc()
-        log.info(
-            "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
-            task.url,
-            task.run_id,
-            response.status,
-            response.from_cache,
-            response.not_modified,
-            progress.attempt + 1,
-            extra=_context(task),
-        )
-        return Outcome.done()
+        row = self._row(task, response, page, progress, profile, extracted)
+        return self._store_later(task, row, response, progress)
 
-    def _save_patiently(self, row: PageRow) -> None:
-        """Keep the fetched page through a short database outage instead of fetching it again:
-        the consumer loop's pause would run the whole handler, request included, once more."""
-        waited_s, backoff_s = 0.0, 1.0
-        while True:
-            try:
-                self.store.save_page(row)
+    def _store_later(self, task: CrawlTask, row: PageRow, response: Response, progress: Progress) -> Outcome:
+        """Hand the row to the store and go on: the message is acked once its row is committed.
+        The store keeps the row through a short database outage, so the page is not fetched
+        again; past that the message goes back to its queue."""
+        settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+
+        def committed(error: BaseException | None) -> None:  # on the store's writer thread
+            if error is not None:
+                settled.set_exception(error)
                 return
-            except ServiceUnavailable as exc:
-                if waited_s >= SAVE_PATIENCE_S:
-                    raise
-                log.warning("cannot store %s yet (%s); trying again in %.0fs", row.url, exc, backoff_s)
-                self.sleep(backoff_s)
-                waited_s += backoff_s
-                backoff_s = min(backoff_s * 2, 15.0)
+            metrics.PAGES_STORED.labels(task.queue).inc()
+            log.info(
+                "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
+                task.url,
+                task.run_id,
+                response.status,
+                response.from_cache,
+                response.not_modified,
+                progress.attempt + 1,
+                extra=_context(task),
+            )
+            settled.set_result(Outcome.done())
+
+        self.store.save_page_later(row, committed)
+        return Outcome.after(settled)
 
     def _skip(self, task: CrawlTask, reason: str, detail: str) -> Outcome:
         self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))

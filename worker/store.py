@@ -1,10 +1,16 @@
 """Writing results to PostgreSQL, in batches, with idempotent upserts keyed on (run_id, url).
 
-Handler threads hand their rows to one writer thread per worker process and wait until the
-transaction holding their row has committed; only then do they return, and only then is the
-message acked. One connection and one transaction per batch instead of one per page: a worker
-with 32 fetches in flight needs one database connection, not 32. A redelivered message rewrites
-its row (`writes` counts how often) instead of adding one.
+Handler threads hand their rows to one writer thread per worker process. `save_page_later`
+returns at once and calls back once the transaction holding the row has committed, and only
+then is the message acked: a handler thread does not sit out the batch's wait and commit, it
+fetches the next page meanwhile (`save_page` and `save_skip` wait). One connection and one
+transaction per batch instead of one per page: a worker with 32 fetches in flight needs one
+database connection, not 32. A redelivered message rewrites its row (`writes` counts how
+often) instead of adding one.
+
+While PostgreSQL is unreachable the writer keeps its batch and tries again, with a growing
+pause, for up to `patience_s`; rows handed in meanwhile wait behind it. Past that, the batch's
+rows fail with ServiceUnavailable, and their messages go back to their queue.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +34,8 @@ log = logging.getLogger(__name__)
 
 BATCH_ROWS = 200
 BATCH_WAIT_S = 0.02  # how long the writer waits for more rows before it commits what it has
+PATIENCE_S = 120.0  # how long a batch waits for an unreachable PostgreSQL before it fails
+MAX_RETRY_PAUSE_S = 15.0
 
 UPSERT_PAGE = """
 INSERT INTO pages (run_id, url, final_url, http_status, content_type, title, meta_description,
@@ -104,22 +114,44 @@ class SkipRow:
     worker_id: str
 
 
+Committed = Callable[[BaseException | None], None]  # called with None once committed, else the error
+
+
 @dataclass
 class _Pending:
     statements: list[tuple[str, dict[str, Any]]]  # written in the same transaction
+    committed: Committed
+
+
+@dataclass
+class _Waiter:
+    """A caller that waits for its row (save_page, save_skip)."""
+
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
+    def __call__(self, error: BaseException | None) -> None:
+        self.error = error
+        self.done.set()
+
 
 class ResultStore:
-    """Batched, committed writes; `save_*` return only once their row is committed."""
+    """Batched, committed writes: `save_page_later` calls back once its row is committed, the
+    other `save_*` return only then."""
 
     def __init__(
-        self, settings: Settings, batch_rows: int = BATCH_ROWS, batch_wait_s: float = BATCH_WAIT_S
+        self,
+        settings: Settings,
+        batch_rows: int = BATCH_ROWS,
+        batch_wait_s: float = BATCH_WAIT_S,
+        patience_s: float = PATIENCE_S,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings
         self.batch_rows = batch_rows
         self.batch_wait_s = batch_wait_s
+        self.patience_s = patience_s
+        self._sleep = sleep
         # Handlers append; the writer takes whole batches. Two events instead of a queue.Queue:
         # a queue wakes the writer for every row, and each wake costs both threads a GIL handoff.
         self._pending: collections.deque[_Pending | None] = collections.deque()
@@ -129,14 +161,28 @@ class ResultStore:
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
 
-    def save_page(self, row: PageRow) -> None:
+    def save_page_later(self, row: PageRow, committed: Committed) -> None:
+        """Hand the row in; `committed` is called on the writer's thread once it is committed
+        (with None), or with the error that kept it out. It must not block."""
         params = {k: _clean(v) for k, v in row.__dict__.items()}
         params["links"] = Jsonb(params["links"])
         params["extracted"] = Jsonb(params["extracted"])
-        self._submit((UPSERT_PAGE, params), (SUPERSEDE_DEAD_LETTER, {"run_id": row.run_id, "url": row.url}))
+        self._ensure_writer()
+        statements = [(UPSERT_PAGE, params), (SUPERSEDE_DEAD_LETTER, {"run_id": row.run_id, "url": row.url})]
+        self._hand_in(_Pending(statements, committed))
+
+    def save_page(self, row: PageRow) -> None:
+        """Return once the row is committed."""
+        waiter = _Waiter()
+        self.save_page_later(row, waiter)
+        self._wait(waiter)
 
     def save_skip(self, row: SkipRow) -> None:
-        self._submit((UPSERT_SKIP, {k: _clean(v) for k, v in row.__dict__.items()}))
+        """Return once the row is committed."""
+        waiter = _Waiter()
+        self._ensure_writer()
+        self._hand_in(_Pending([(UPSERT_SKIP, {k: _clean(v) for k, v in row.__dict__.items()})], waiter))
+        self._wait(waiter)
 
     def close(self) -> None:
         """Stop the writer once it has written what it holds; call after the handlers stopped."""
@@ -149,13 +195,11 @@ class ResultStore:
             self._conn.close()
             self._conn = None
 
-    def _submit(self, *statements: tuple[str, dict[str, Any]]) -> None:
-        self._ensure_writer()
-        pending = _Pending(list(statements))
-        self._hand_in(pending)
-        pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
+    @staticmethod
+    def _wait(waiter: _Waiter) -> None:
+        waiter.done.wait()
+        if waiter.error is not None:
+            raise waiter.error
 
     def _ensure_writer(self) -> None:
         with self._writer_lock:
@@ -196,28 +240,41 @@ class ResultStore:
                 return
 
     def _write(self, batch: list[_Pending]) -> None:
-        try:
-            self._commit(batch)
-        except ServiceUnavailable as exc:
-            self._finish(batch, exc)
-        except psycopg.Error:
-            # One bad row must not fail its neighbours: write them one by one.
-            for pending in batch:
-                try:
-                    self._commit([pending])
-                    self._finish([pending], None)
-                except (ServiceUnavailable, psycopg.Error) as exc:
-                    self._finish([pending], exc)
-        else:
-            self._finish(batch, None)
+        waited_s, pause_s = 0.0, 1.0
+        while True:
+            try:
+                self._commit(batch)
+            except ServiceUnavailable as exc:
+                if waited_s >= self.patience_s:
+                    self._finish(batch, exc)
+                    return
+                log.warning("cannot store %d rows yet (%s); trying again in %.0fs", len(batch), exc, pause_s)
+                self._sleep(pause_s)
+                waited_s += pause_s
+                pause_s = min(pause_s * 2, MAX_RETRY_PAUSE_S)
+                continue
+            except psycopg.Error:
+                self._write_one_by_one(batch)
+            else:
+                self._finish(batch, None)
+            return
+
+    def _write_one_by_one(self, batch: list[_Pending]) -> None:
+        """One bad row must not fail its neighbours."""
+        for pending in batch:
+            try:
+                self._commit([pending])
+                self._finish([pending], None)
+            except (ServiceUnavailable, psycopg.Error) as exc:
+                self._finish([pending], exc)
 
     def _commit(self, batch: list[_Pending]) -> None:
         with db.translate(self.settings):
             try:
                 conn = self._connection()
                 # One executemany per statement: psycopg sends each group's rows in one
-                # pipeline instead of a round trip per row, and this thread, which every handler
-                # waits on, gives up the GIL once per group instead of once per row.
+                # pipeline instead of a round trip per row, and this thread, which every message
+                # of the worker waits on, gives up the GIL once per group instead of once per row.
                 groups: dict[str, list[dict[str, Any]]] = {}
                 for pending in batch:
                     for query, params in pending.statements:
@@ -232,8 +289,10 @@ class ResultStore:
     @staticmethod
     def _finish(batch: list[_Pending], error: BaseException | None) -> None:
         for pending in batch:
-            pending.error = error
-            pending.done.set()
+            try:
+                pending.committed(error)
+            except Exception:  # the writer must go on for everyone else
+                log.exception("a commit callback failed")
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed:

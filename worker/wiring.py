@@ -201,8 +201,9 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         cache=RedisCache(cache, settings.cache_fresh_s),
         gate=gate,
         robots=robots,
-        # Each handler thread waits for its own row, so once every thread has handed one in,
-        # no more can come: commit then instead of waiting out the batch window.
+        # Messages whose rows wait for a commit stay unacked, and a worker is given only twice
+        # its fetches in flight (the prefetch): commit once as many rows wait as there are
+        # handler threads, rather than wait out the batch window while they crowd out new work.
         store=ResultStore(settings, batch_rows=min(BATCH_ROWS, settings.fetch_concurrency)),
         profiles=load_profiles(settings.extraction_profiles_file),
         delivery_limit=DeliveryLimit(client, keys, settings.crawl_namespace, settings.worker_id),

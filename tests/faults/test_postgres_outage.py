@@ -41,7 +41,8 @@ def test_a_database_outage_pauses_work_and_dead_letters_nothing_healthy(
     with postgres_stopped():
         stopped_at = time.monotonic()
         time.sleep(size.postgres_outage_s)
-        # Fetching stops soon too: every handler thread ends up waiting to commit.
+        # Fetching stops soon too: a worker holds at most its prefetch of messages unacked, and
+        # those wait for their rows' commit.
         fetched_while_down = sum(web.page_hits().values()) - fetches_before
     outage_s = time.monotonic() - stopped_at
     back_at = time.monotonic()
@@ -56,6 +57,7 @@ def test_a_database_outage_pauses_work_and_dead_letters_nothing_healthy(
         outage_s=round(outage_s, 1),
         fetched_while_down=fetched_while_down,
         resumed_s=round(resumed_s, 1),
+        write_retries=len(procs.log_lines("worker", "cannot store")),
         pauses=len(procs.log_lines("", "paused: cannot reach PostgreSQL")),
     )
     assert ledger.lost == [], f"{len(ledger.lost)} lost, e.g. {ledger.lost[:5]}"

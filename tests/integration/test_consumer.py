@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
@@ -10,6 +11,7 @@ import pytest
 
 from shared import broker
 from shared.consumer import Delivery, Outcome, Subscription, run_consumers
+from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from shared.topology import (
     build_topology,
@@ -179,3 +181,40 @@ def test_a_handler_thread_out_of_messages_runs_the_idle_hook_first(settings: Set
     before_four = [what for what, _ in events][: [what for what, _ in events].index("four")]
     assert before_four[-1] == "idle"
     assert depth(settings, work_queue(ns, "bulk")) == 0
+
+
+def test_an_outcome_settled_later_acks_requeues_or_dead_letters_when_it_resolves(settings: Settings) -> None:
+    # Two handler threads take all three messages and leave their outcomes pending (the
+    # prefetch, twice the threads, bounds what is in hand); the test resolves the outcomes from
+    # its own thread, as the worker's database writer does.
+    ns = settings.crawl_namespace
+    queue = work_queue(ns, "bulk")
+    publish_tasks(settings, "bulk", [b"ack", b"requeue", b"dead"])
+    pending: dict[bytes, concurrent.futures.Future[Outcome]] = {}
+    deliveries: list[tuple[bytes, bool]] = []
+    lock = threading.Lock()
+
+    def handler(delivery: Delivery) -> Outcome:
+        settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        with lock:
+            deliveries.append((delivery.body, delivery.redelivered))
+            pending[delivery.body] = settled
+        return Outcome.after(settled)
+
+    stop, thread = consume_in_thread(settings, [Subscription(queue)], handler, concurrency=2)
+    wait_for(lambda: len(pending) == 3)  # two threads, three messages in hand: none waited
+    assert depth(settings, queue) == 0  # all three delivered and unacked
+    with lock:
+        first = dict(pending)
+        pending.clear()
+    first[b"ack"].set_result(Outcome.done())
+    first[b"requeue"].set_exception(ServiceUnavailable("PostgreSQL", "db", "down"))
+    first[b"dead"].set_exception(RuntimeError("bug"))
+    wait_for(lambda: b"requeue" in pending)  # back in the queue, and delivered again
+    pending[b"requeue"].set_result(Outcome.done())
+    wait_for(lambda: depth(settings, dead_letter_queue(ns)) == 1)
+    stop.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert sorted(deliveries) == [(b"ack", False), (b"dead", False), (b"requeue", False), (b"requeue", True)]
+    assert depth(settings, queue) == 0

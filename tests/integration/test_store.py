@@ -10,6 +10,7 @@ import pytest
 
 from shared import db
 from shared.accounting import Tally, account
+from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from worker.store import PageRow, ResultStore, SkipRow
 
@@ -184,3 +185,30 @@ def test_page_text_is_compressed_with_lz4(settings: Settings, store: ResultStore
         ).fetchone()
         stored = conn.execute("SELECT pg_column_compression(body_text) FROM pages").fetchone()
     assert method == ("l",) and stored == ("lz4",)
+
+
+def test_the_writer_waits_out_a_short_outage_and_gives_up_after_its_patience(settings: Settings) -> None:
+    db.ensure_schema(settings)
+    unreachable = dataclasses.replace(settings, database_url="postgresql://postgres@127.0.0.1:1/crawler")
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the outage ends during the third pause
+        pauses.append(seconds)
+        if len(pauses) == 3:
+            store.settings = settings
+
+    store = ResultStore(unreachable, patience_s=10.0, sleep=sleep)
+    outcomes: list[BaseException | None] = []
+    store.save_page_later(page("http://a.test/1", "t"), outcomes.append)
+    store.save_page(page("http://a.test/2", "t"))  # behind it: committed once the outage is over
+    assert outcomes == [None] and pauses == [1.0, 2.0, 4.0]
+    assert count(settings, "SELECT count(*) FROM pages") == 2
+
+    store.close()
+
+    pauses.clear()
+    store = ResultStore(unreachable, patience_s=10.0, sleep=pauses.append)
+    with pytest.raises(ServiceUnavailable):  # 1 + 2 + 4 + 8 s waited: past the patience
+        store.save_page(page("http://a.test/3", "t"))
+    assert pauses == [1.0, 2.0, 4.0, 8.0]
+    store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +143,15 @@ class FakeStore:
     def __init__(self) -> None:
         self.rows: list[PageRow] = []
         self.skips: list[SkipRow] = []
+        self.hold = False  # keep commits pending until commit_held()
+        self.held: list[Callable[[BaseException | None], None]] = []
 
-    def save_page(self, row: PageRow) -> None:
+    def save_page_later(self, row: PageRow, committed: Callable[[BaseException | None], None]) -> None:
         self.rows.append(row)
+        if self.hold:
+            self.held.append(committed)
+        else:
+            committed(None)
 
     def save_skip(self, row: SkipRow) -> None:
         self.skips.append(row)
@@ -203,6 +210,11 @@ def delivery(
     return Delivery(f"ns.{queue}", body if body is not None else task.encode(), headers, False)
 
 
+def settled(outcome: Outcome) -> Outcome:
+    """The outcome a message is settled with, once its row is committed."""
+    return outcome.later.result(timeout=0) if outcome.later is not None else outcome
+
+
 def only_publication(outcome: Outcome) -> tuple[str, str, dict[str, object]]:
     assert outcome.ack is True
     assert len(outcome.publications) == 1
@@ -212,7 +224,7 @@ def only_publication(outcome: Outcome) -> tuple[str, str, dict[str, object]]:
 
 def test_success_stores_one_row_and_acks() -> None:
     rig = make(FakeFetch([ok_response()]))
-    outcome = rig.handler(delivery())
+    outcome = settled(rig.handler(delivery()))
     assert outcome == Outcome.done()
     assert len(rig.store.rows) == 1
     row = rig.store.rows[0]
@@ -269,7 +281,7 @@ def test_busy_domain_defers_through_the_broker_without_charging_an_attempt() -> 
 
 def test_short_rate_limit_wait_happens_in_process() -> None:
     rig = make(FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.3, True)))
-    assert rig.handler(delivery()) == Outcome.done()
+    assert settled(rig.handler(delivery())) == Outcome.done()
     assert rig.time.slept == [0.3, 0.3]  # robots.txt, then the page
     assert len(rig.store.rows) == 1
 
@@ -278,7 +290,7 @@ def test_fresh_cache_hit_skips_fetch_and_rate_limit() -> None:
     cached = CacheEntry(ok_response(from_cache=True), fresh=True)
     rig = make(FakeFetch([], robots=RobotsAnswer(404, b"")), cache=FakeCache(hit=cached))
     rig.handler.robots.rules_for("http://a.test/", rig.fetch.robots_txt)  # robots.txt known already
-    assert rig.handler(delivery()) == Outcome.done()
+    assert settled(rig.handler(delivery())) == Outcome.done()
     assert rig.fetch.urls == [] and rig.limiter.rates == []
     assert rig.store.rows[0].from_cache is True
 
@@ -301,7 +313,7 @@ def test_success_after_retries_records_failed_attempts() -> None:
 def test_disallowed_url_is_skipped_with_reason_robots_and_never_fetched() -> None:
     robots = RobotsAnswer(200, b"User-agent: *\nDisallow: /p\n")
     rig = make(FakeFetch([ok_response()], robots=robots))
-    assert rig.handler(delivery()) == Outcome.done()  # acked, nothing to publish: no retry
+    assert settled(rig.handler(delivery())) == Outcome.done()  # acked, nothing to publish: no retry
     assert rig.fetch.urls == [] and rig.store.rows == []
     assert [(s.url, s.reason) for s in rig.store.skips] == [("http://a.test/p", "robots")]
 
@@ -334,7 +346,7 @@ def test_robots_switched_off_fetches_no_robots_txt() -> None:
         FakeFetch([ok_response()], robots=RobotsAnswer(200, b"User-agent: *\nDisallow: /\n")),
         settings=dataclasses.replace(SETTINGS, respect_robots=False),
     )
-    assert rig.handler(delivery()) == Outcome.done()
+    assert settled(rig.handler(delivery())) == Outcome.done()
     assert rig.fetch.robots_urls == [] and len(rig.store.rows) == 1
 
 
@@ -384,7 +396,7 @@ def test_full_concurrency_waits_briefly_then_defers() -> None:
 def test_a_lease_is_released_after_the_fetch_and_backoff_decays_on_success() -> None:
     limiter = FakeLimiter(Reservation(0.0, True, lease="R"), Reservation(0.0, True, lease="P", backoff=2.0))
     rig = make(FakeFetch([ok_response()]), limiter=limiter)
-    assert rig.handler(delivery()) == Outcome.done()
+    assert settled(rig.handler(delivery())) == Outcome.done()
     assert limiter.released == ["R", "P"] and limiter.sped_up == 1
 
 
@@ -403,7 +415,7 @@ def test_stale_entry_is_revalidated_and_a_304_reuses_the_cached_body() -> None:
         "http://a.test/p", 304, "", b"", 5, False, not_modified=True, proxy="http://127.0.0.1:9"
     )
     rig = make(FakeFetch([not_modified]), cache=FakeCache(hit=stale))
-    assert rig.handler(delivery()) == Outcome.done()
+    assert settled(rig.handler(delivery())) == Outcome.done()
     assert rig.fetch.revalidated == [stale]
     row = rig.store.rows[0]
     assert (row.title, row.http_status, row.from_cache, row.fetch_ms) == ("T", 200, True, 5)
@@ -428,7 +440,7 @@ def test_a_304_without_a_cache_entry_is_a_permanent_error() -> None:
 
 def test_a_blocked_address_is_a_skip_with_its_reason_not_a_failure() -> None:
     rig = make(FakeFetch([BlockedAddress("http://a.test/p resolves to 10.0.0.7 (private)")]))
-    assert rig.handler(delivery()) == Outcome.done()
+    assert settled(rig.handler(delivery())) == Outcome.done()
     assert [(s.url, s.reason) for s in rig.store.skips] == [("http://a.test/p", "blocked_address")]
     assert "10.0.0.7" in rig.store.skips[0].detail
     assert rig.store.rows == []
@@ -457,19 +469,16 @@ def test_the_content_hash_depends_on_the_visible_text_only() -> None:
     assert first == second != third
 
 
-def test_a_database_outage_keeps_the_fetched_page_instead_of_fetching_again() -> None:
-    rig = make(FakeFetch([ok_response()]))
-    failures = [ServiceUnavailable("PostgreSQL", "db", "down")] * 3
-    saved = rig.store.save_page
-    slept: list[float] = []
+def test_a_page_is_acked_only_once_its_row_is_committed() -> None:
+    rig = make(FakeFetch([ok_response(), ok_response()]))
+    rig.store.hold = True
+    outcome = rig.handler(delivery())
+    assert outcome.later is not None and not outcome.later.done()  # the thread is free, the message not
+    assert len(rig.store.rows) == 1
+    rig.store.held.pop()(None)
+    assert outcome.later.result(timeout=0) == Outcome.done()
 
-    def flaky_save(row: PageRow) -> None:
-        if failures:
-            raise failures.pop()
-        saved(row)
-
-    rig.store.save_page = flaky_save  # type: ignore[method-assign]
-    rig.handler.sleep = slept.append
-    assert rig.handler(delivery()) == Outcome.done()
-    assert len(rig.fetch.urls) == 1 and len(rig.store.rows) == 1
-    assert slept == [1.0, 2.0, 4.0]
+    failed = rig.handler(delivery())
+    outage = ServiceUnavailable("PostgreSQL", "db", "down")
+    rig.store.held.pop()(outage)
+    assert failed.later is not None and failed.later.exception(timeout=0) is outage
