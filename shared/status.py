@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ MANAGEMENT_TIMEOUT_S = (1.0, 3.0)  # connect, read: status must answer fast even
 REDIS_TIMEOUT_S = 3.0
 RECENT_RUNS = 10
 WATCH_INTERVAL_S = 2.0
+STOP_CHECK_S = 0.1  # how soon a watch notices Ctrl-C between redraws
 CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, erase display: redraw in place
 
 REPLAYED_OF_RUN = "SELECT count(*) FROM dead_letters WHERE run_id = %s AND state = 'replayed'"
@@ -258,9 +260,21 @@ def watch(settings: Settings, run_id: str | None, interval_s: float, out: TextIO
     """Redraw the view every `interval_s` until Ctrl-C, which is how it is meant to end: exit 0.
 
     A service that cannot be reached is shown in place of the view and asked again at the next
-    redraw, so a watch survives a broker restart."""
+    redraw, so a watch survives a broker restart.
+
+    Ctrl-C sets a flag rather than raising KeyboardInterrupt into whatever runs at that moment:
+    raised inside one of the client libraries gathering the view, it could be lost there (one
+    Ctrl-C in sixty, in a stress run), and the watch went on. A view being gathered is
+    finished first; a second Ctrl-C interrupts at once."""
+    stopping: list[bool] = []  # not an Event: setting one takes a lock the waiting thread may hold
+
+    def request_stop(_signum: int, _frame: object) -> None:
+        stopping.append(True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, request_stop)
     try:
-        while True:
+        while not stopping:
             try:
                 view = render(gather(settings, run_id))
             except ServiceUnavailable as exc:
@@ -268,10 +282,15 @@ def watch(settings: Settings, run_id: str | None, interval_s: float, out: TextIO
             stamp = datetime.now().strftime("%H:%M:%S")
             out.write(f"{CLEAR_SCREEN}{view}\n\n{stamp}  every {interval_s:g} s, Ctrl-C to stop\n")
             out.flush()
-            time.sleep(interval_s)
+            deadline = time.monotonic() + interval_s
+            while not stopping and (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(left, STOP_CHECK_S))
     except KeyboardInterrupt:
-        out.write("\n")
-        return 0
+        pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    out.write("\n")
+    return 0
 
 
 def _positive_seconds(text: str) -> float:
