@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.parse import _absolute_http, _links, decode_html, parse_page
+from worker.html_builder import new_soup
+from worker.parse import _absolute_http, _first_body, _links, decode_html, parse_page
 
 pytestmark = pytest.mark.unit
 
@@ -209,3 +210,20 @@ def test_only_the_first_of_each_field_counts_and_later_ones_do_not_override() ->
 def test_the_plain_path_shortcut_resolves_links_as_urljoin_does(href: str, base: str) -> None:
     expected = _absolute_http(base, href)
     assert _links([href], base, max_links=10) == ((expected,) if expected else ())
+
+
+@pytest.mark.parametrize(
+    "markup",
+    [
+        "<html><head><title>t</title></head><body><p>x</p></body></html>",
+        "<p>no body tag at all</p>",
+        "",
+        "<!-- c --><html><body class='a'><div><body>inner</body></div></body></html>",
+        "<svg><body>not html</body></svg><body>after</body>",
+        "<template><body>t</body></template><p>x</p>",
+        "<frameset><frame src='a'></frameset>",
+    ],
+)
+def test_the_body_found_is_bs4s_soup_body(markup: str) -> None:
+    soup = new_soup(markup, multi_valued_attributes=False)
+    assert _first_body(soup) is soup.body
