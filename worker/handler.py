@@ -112,7 +112,6 @@ class CrawlHandler:
     robots: Robots
     store: Store
     clock: Callable[[], float] = time.time
-    sleep: Callable[[float], None] = time.sleep
     delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
 

@@ -167,9 +167,8 @@ class ResultStore:
         params = {k: _clean(v) for k, v in row.__dict__.items()}
         params["links"] = Jsonb(params["links"])
         params["extracted"] = Jsonb(params["extracted"])
-        self._ensure_writer()
         statements = [(UPSERT_PAGE, params), (SUPERSEDE_DEAD_LETTER, {"run_id": row.run_id, "url": row.url})]
-        self._hand_in(_Pending(statements, committed))
+        self._submit(_Pending(statements, committed))
 
     def save_page(self, row: PageRow) -> None:
         """Return once the row is committed."""
@@ -180,8 +179,7 @@ class ResultStore:
     def save_skip(self, row: SkipRow) -> None:
         """Return once the row is committed."""
         waiter = _Waiter()
-        self._ensure_writer()
-        self._hand_in(_Pending([(UPSERT_SKIP, {k: _clean(v) for k, v in row.__dict__.items()})], waiter))
+        self._submit(_Pending([(UPSERT_SKIP, {k: _clean(v) for k, v in row.__dict__.items()})], waiter))
         self._wait(waiter)
 
     def close(self) -> None:
@@ -194,6 +192,10 @@ class ResultStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _submit(self, pending: _Pending) -> None:
+        self._ensure_writer()
+        self._hand_in(pending)
 
     @staticmethod
     def _wait(waiter: _Waiter) -> None:
