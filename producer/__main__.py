@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
+from producer.seeding import mark_seeded, seeded_summary
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
+from shared.errors import ConfigError
 from shared.metrics import start_metrics_server
 from shared.settings import Settings
 
+log = logging.getLogger(__name__)
+
 EXIT_PUBLISH_FAILED = 1
+# Every sitemap given failed and no URL was read from anywhere: the run has nothing to crawl.
+# A run where only some sitemaps failed exits 0: what could be read is being crawled, and the
+# summary's sitemaps_failed (and a warning) name the others.
+EXIT_NOTHING_READ = 3
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -61,7 +73,25 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="an earlier run of the same site: URLs whose <lastmod> (or <changefreq>) says they "
         "have not changed since that run fetched them are not published again",
     )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="with --run-id: if this run was seeded to the end before, print that summary and "
+        "exit 0 without reading anything (for a container that may be started again)",
+    )
+    parser.add_argument(
+        "--metrics-linger",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep serving /metrics this long after the run, so that Prometheus scrapes the "
+        "final figures of a short run (with METRICS_PORT set; default 0)",
+    )
     args = parser.parse_args(argv)
+    if args.once and not args.run_id:
+        raise ConfigError("--once: give the run a name with --run-id, or every start is a new run")
+    if args.metrics_linger < 0:
+        raise ConfigError(f"--metrics-linger: expected seconds >= 0, got {args.metrics_linger:g}")
     return Options(
         run_id=args.run_id or new_run_id(),
         sitemaps=tuple(args.sitemap),
@@ -69,6 +99,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         url_files=tuple(args.urls),
         routing_file=args.routing,
         recrawl_of=args.recrawl_of,
+        once=args.once,
+        metrics_linger_s=args.metrics_linger,
     )
 
 
@@ -76,10 +108,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     settings = Settings.from_env()
     configure_logging(settings.log_level, "producer", settings.log_format)
-    start_metrics_server(settings)
+    if options.once and (earlier := seeded_summary(settings, options.run_id)) is not None:
+        log.info("run %s was seeded at %s: nothing to do", options.run_id, earlier.get("seeded_at"))
+        print(json.dumps({**earlier, "already_seeded": True}), flush=True)
+        return 0
+    server = start_metrics_server(settings)
     result = run(settings, options)
     print(json.dumps(result), flush=True)
-    return EXIT_PUBLISH_FAILED if result["publish_failed"] else 0
+    code = exit_code(result)
+    if options.once and code == 0 and not result["stopped_early"]:
+        mark_seeded(settings, options.run_id, result)
+    if server is not None and options.metrics_linger_s > 0:
+        linger(options.metrics_linger_s)
+    return code
+
+
+def exit_code(result: dict[str, Any]) -> int:
+    failed = result["sitemaps_failed"]
+    if result["publish_failed"]:
+        return EXIT_PUBLISH_FAILED
+    if failed and result["urls_seen"] == 0:
+        log.error(
+            "run %s: no sitemap could be read (%d failed), nothing to crawl", result["run_id"], len(failed)
+        )
+        return EXIT_NOTHING_READ
+    if failed:
+        log.warning(
+            "run %s: %d sitemaps could not be read; the URLs of the others are queued",
+            result["run_id"],
+            len(failed),
+        )
+    return 0
+
+
+def linger(seconds: float) -> None:
+    """Wait with the metrics server up; SIGTERM or SIGINT cuts the wait short."""
+    done = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: done.set())
+    log.info("serving the final metrics for %g s", seconds)
+    done.wait(seconds)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,8 @@ class Options:
     url_files: Sequence[str] = ()
     routing_file: str = ""  # overrides Settings.routing_file
     recrawl_of: str = ""  # an earlier run: publish only what changed since (producer/recrawl.py)
+    once: bool = False  # a run seeded to the end before is not read again (producer/seeding.py)
+    metrics_linger_s: float = 0.0  # metrics stay up this long after the run
 
 
 def check_options(options: Options) -> None:
