@@ -6,7 +6,8 @@ WORKERS ?= 3
 SITEMAP ?=
 RUN_ID ?=
 
-.PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean
+.PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean \
+	images-offline compose-test
 
 all: lint typecheck test
 
@@ -63,6 +64,16 @@ up:
 
 down:
 	docker compose down
+
+# Where no image registry can be reached: every image docker-compose.yml names, built from
+# Debian packages and tagged with the same names (as root, with debootstrap and a Docker daemon).
+images-offline:
+	deploy/offline-images/build.sh
+
+# docker-compose.yml run for real on a Docker daemon of its own: healthy, crawled, scaled,
+# killed, stopped, accounted, monitored, removed (tests/compose/run.sh; as root).
+compose-test: install
+	PY=$(PY) tests/compose/run.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
