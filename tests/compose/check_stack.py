@@ -356,30 +356,14 @@ def check_nothing_lost_or_duplicated(stack: Stack, summary: dict[str, Any]) -> f
         f" WHERE run_id = '{RUN_ID}'"
     )
     stored, span_s = int(rows[0][0]), float(rows[0][1] or 0)
-    dead = stack.sql(
-        f"SELECT reason, count(*) FROM crawl.dead_letters WHERE run_id = '{RUN_ID}' AND state = 'dead'"
-        " GROUP BY reason ORDER BY reason"
-    )
-    skips = stack.sql(f"SELECT reason, count(*) FROM crawl.skips WHERE run_id = '{RUN_ID}' GROUP BY reason")
-    print(
-        f"\nrun {RUN_ID}\n"
-        f"  enqueued          {enqueued:6d}   {summary['enqueued']}\n"
-        f"  duplicates        {summary['duplicates']:6d}   (not enqueued)\n"
-        f"  invalid           {sum(summary['invalid'].values()):6d}   (not enqueued)\n"
-        f"  pages stored      {stored:6d}\n"
-        f"  dead letters      {sum(int(n) for _, n in dead):6d}   ({reasons(dead)})\n"
-        f"  skipped           {sum(int(n) for _, n in skips):6d}   ({reasons(skips)})\n"
-        f"  accounted for     {final:6d} of {enqueued}: {'ok' if final == enqueued else 'MISMATCH'}\n"
-        f"  lost {lost}, duplicated {duplicated}\n",
-        flush=True,
-    )
+    # The accounting as `make demo` prints it, from inside the stack.
+    accounting = stack.run("exec", "-T", "worker", "python", "-m", "shared.run_report", "--run", RUN_ID)
+    print(f"\n{accounting}  lost {lost}, duplicated {duplicated}\n", flush=True)
+    ok = re.search(rf"accounted for +{enqueued} of {enqueued}: ok", accounting)
+    check(ok is not None, "shared.run_report disagrees")
     check(lost == 0, f"lost {lost} URLs")
     check(duplicated == 0, f"duplicated {duplicated} outcomes")
     return stored / span_s if span_s else 0.0
-
-
-def reasons(rows: list[list[str]]) -> str:
-    return ", ".join(f"{reason} {n}" for reason, n in rows) or "none"
 
 
 def check_up_again_seeds_nothing(stack: Stack, enqueued: int) -> None:
