@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A Docker daemon of the compose test's own, beside anything else on the machine:
 #
-#   tests/compose/dockerd.sh start   # prints the DOCKER_HOST to use
+#   tests/compose/dockerd.sh start     # prints the DOCKER_HOST to use
 #   tests/compose/dockerd.sh stop
+#   tests/compose/dockerd.sh running   # exit 0 if it runs
 #
 # Its socket, data root, exec root, pid file and address pool are its own, and it changes
 # nothing on the host's network: no iptables rules, no forwarding, no masquerading, no docker0
@@ -47,6 +48,9 @@ case "${1:-}" in
     tail -n 20 "$log" >&2
     exit 1
     ;;
+  running)
+    running
+    ;;
   stop)
     running || exit 0
     pid=$(cat "$pidfile")
@@ -57,7 +61,7 @@ case "${1:-}" in
     kill -KILL "$pid" 2>/dev/null || true
     ;;
   *)
-    echo "usage: $0 start|stop" >&2
+    echo "usage: $0 start|stop|running" >&2
     exit 2
     ;;
 esac

@@ -30,11 +30,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 started=$(date +%s)
-# Never the host's own daemon, if it has one: only the one started here.
+# Never the host's own daemon, if it has one: a daemon of the test's own, stopped at the end
+# unless it was running before (someone is using it).
+if tests/compose/dockerd.sh running; then
+  say "the test's dockerd runs already: it is used and left running"
+else
+  trap 'tests/compose/dockerd.sh stop' EXIT
+fi
 DOCKER_HOST=$(tests/compose/dockerd.sh start)
 export DOCKER_HOST
 unset COMPOSE_PROJECT_NAME COMPOSE_FILE COMPOSE_PROFILES
-trap 'tests/compose/dockerd.sh stop' EXIT
 say "private dockerd at $DOCKER_HOST"
 
 build_started=$(date +%s)
