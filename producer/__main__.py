@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from producer.final_scrape import ScrapeWatch, linger_until_scraped
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
 from shared.metrics import start_metrics_server
@@ -76,9 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     settings = Settings.from_env()
     configure_logging(settings.log_level, "producer", settings.log_format)
-    start_metrics_server(settings)
+    watch = ScrapeWatch()
+    server = start_metrics_server(settings, registry=watch)
     result = run(settings, options)
     print(json.dumps(result), flush=True)
+    if server is not None:  # a short run would otherwise exit before Prometheus ever read it
+        linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)
     return EXIT_PUBLISH_FAILED if result["publish_failed"] else 0
 
 

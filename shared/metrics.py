@@ -32,10 +32,11 @@ Where each metric is counted (label values in brackets):
                                    Counted only here, where broker expiries (`expired`) arrive
                                    too; the worker does not count its dead-letter publishes.
 
-    producer
-      URLS_ENQUEUED[queue]         URLs whose publish the broker confirmed
-      URL_DUPLICATES               URLs the dedup step found already seen
-      URLS_INVALID[reason]         URLs rejected by canonicalisation
+    producer (producer/pipeline.py; a finished producer serves them until scraped once,
+    producer/final_scrape.py)
+      URLS_ENQUEUED[queue]         URLs whose publish the broker confirmed, as each batch settles
+      URL_DUPLICATES               URLs the dedup step found already seen, as each batch settles
+      URLS_INVALID[reason]         URLs rejected by canonicalisation, as each is read
 
 Names follow Prometheus conventions: base units (seconds), ``_total`` added to counters by the
 client library. Labels have small fixed value sets (queues, reasons, status codes); never put
@@ -47,7 +48,8 @@ from __future__ import annotations
 import logging
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.registry import Collector
 
 from shared.errors import ConfigError
 from shared.settings import Settings
@@ -93,15 +95,18 @@ def observe_fetch(seconds: float, status: int | None) -> None:
         HTTP_RESPONSES.labels(str(status)).inc()
 
 
-def start_metrics_server(settings: Settings) -> WSGIServer | None:
+def start_metrics_server(settings: Settings, registry: Collector = REGISTRY) -> WSGIServer | None:
     """Serve /metrics on METRICS_HOST:METRICS_PORT from a daemon thread; None when the port is 0.
 
     The server thread never blocks the service, and dies with it. The server is returned so that
-    a caller (a test) can shut it down."""
+    a caller (a test) can shut it down. `registry` is what is served: the default registry, or
+    a wrapper of it (the producer's, which notices scrapes)."""
     if settings.metrics_port == 0:
         return None
     try:
-        server, _thread = start_http_server(settings.metrics_port, addr=settings.metrics_host)
+        server, _thread = start_http_server(
+            settings.metrics_port, addr=settings.metrics_host, registry=registry
+        )
     except OSError as exc:
         # Typically a second process on one machine with the same port: say which setting to change.
         raise ConfigError(
