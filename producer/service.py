@@ -29,6 +29,7 @@ from shared.keys import Keys
 from shared.settings import Settings
 from shared.topology import build_topology
 from shared.urls import InvalidURL, canonicalize
+from worker.proxies import ProxyPool
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,8 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
         connection.close()
 
     client = connect_redis(settings)
-    fetcher = HttpFetcher(settings)
+    # Sitemaps and robots.txt go out through the same proxies as the workers' requests.
+    fetcher = HttpFetcher(settings, proxies=ProxyPool.from_settings(settings, client))
     stop = threading.Event()
     previous_run = PreviousRun(settings, options.recrawl_of) if options.recrawl_of else None
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
