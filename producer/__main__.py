@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     watch = ScrapeWatch()
     server = start_metrics_server(settings, registry=watch)
     result = run(settings, options)
+    watch.arm()  # the figures are final: a scrape from now on, even before the summary, counts
     print(json.dumps(result), flush=True)
     if server is not None:  # a short run would otherwise exit before Prometheus ever read it
         linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -21,6 +22,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
+
+RESPONSE_GRACE_S = 1.0
 
 
 class ScrapeWatch(Collector):
@@ -42,11 +45,17 @@ class ScrapeWatch(Collector):
         """A scrape that asks for some metrics only (`name[]=`) does not count."""
         return self._registry.restricted_registry(names)
 
-    def wait_for_scrape(self, timeout_s: float) -> bool:
-        """Wait for a whole scrape that started after this call, so that it read the figures
-        as they are now, or newer; False if none came within `timeout_s`."""
+    def arm(self) -> None:
+        """From now on, a scrape that starts reads the figures as they are now, or newer: the
+        first whole one of them is what wait_for_scrape() waits for."""
         self._scraped.clear()
         self._armed = True
+
+    def wait_for_scrape(self, timeout_s: float) -> bool:
+        """Wait for a whole scrape that started after arm() (called here if it was not);
+        False if none came within `timeout_s`."""
+        if not self._armed:
+            self.arm()
         try:
             return self._scraped.wait(timeout_s)
         finally:
@@ -60,6 +69,9 @@ def linger_until_scraped(watch: ScrapeWatch, port: int, linger_s: float) -> bool
     log.info("run over: serving the final figures on port %d until scraped (at most %.0f s)", port, linger_s)
     scraped = watch.wait_for_scrape(linger_s)
     if scraped:
+        # The scrape's figures are read, but its response may still be on its way out of the
+        # server's thread, which dies with the process.
+        time.sleep(RESPONSE_GRACE_S)
         log.info("final figures scraped")
     else:
         log.warning("no scrape of the final figures within METRICS_LINGER_S (%.0f s)", linger_s)

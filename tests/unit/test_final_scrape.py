@@ -74,5 +74,12 @@ def test_scrapes_before_the_wait_do_not_count(served: Served) -> None:
     assert served.watch.wait_for_scrape(0.05) is False
 
 
+def test_a_scrape_between_arming_and_waiting_counts(served: Served) -> None:
+    served.watch.arm()
+    served.scrape()
+
+    assert served.watch.wait_for_scrape(0.05) is True
+
+
 def test_no_linger_when_it_is_set_to_0(served: Served) -> None:
     assert linger_until_scraped(served.watch, served.port, 0.0) is False
