@@ -104,6 +104,9 @@ def declared_families() -> set[str]:
     }
 
 
+_FLAKY_FAILED = threading.Event()  # /flaky has failed its once
+
+
 def moving_site_route(hit: Hit) -> Answer:
     """A site whose crawl moves every metric: pages with ETags (304s on revalidation), a page
     that fails once (a retry), one that is gone (a dead letter), one robots.txt forbids (a skip)."""
@@ -135,17 +138,20 @@ def moving_site_route(hit: Hit) -> Answer:
     return Answer(404, b"not found")
 
 
-_FLAKY_FAILED = threading.Event()
-
-
 class Service:
-    """One service as a child process, its output in a log file."""
+    """One service as a child process, its output in a log file (stdout piped, if asked: the
+    producer's summary)."""
 
-    def __init__(self, module: str, env: dict[str, str], log_dir: Path, *args: str) -> None:
+    def __init__(
+        self, module: str, env: dict[str, str], log_dir: Path, *args: str, pipe_stdout: bool = False
+    ) -> None:
         self.log = log_dir / f"{module}-{len(list(log_dir.iterdir()))}.log"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", module, *args], env=env, stdout=subprocess.PIPE, stderr=out
+                [sys.executable, "-m", module, *args],
+                env=env,
+                stdout=subprocess.PIPE if pipe_stdout else out,
+                stderr=out,
             )
 
     def check_alive(self) -> None:
@@ -180,9 +186,7 @@ class Scrapes:
         return {name for name, value in self.largest.items() if value > 0}
 
 
-def produce(
-    settings: Settings, env: dict[str, str], tmp_path: Path, run_id: str, root: str, scrapes: Scrapes
-) -> int:
+def produce(env: dict[str, str], tmp_path: Path, run_id: str, root: str, scrapes: Scrapes) -> int:
     """Run the producer with a metrics port, read its summary, scrape it once, and check that
     this one scrape is what lets it exit. Returns the number of URLs it enqueued."""
     port = free_port()
@@ -194,6 +198,7 @@ def produce(
         run_id,
         "--site",
         root,
+        pipe_stdout=True,
     )
     try:
         assert producer.process.stdout is not None
@@ -250,7 +255,7 @@ def test_every_declared_metric_moves_in_a_crawl(settings: Settings, tmp_path: Pa
         with LoggedSite(moving_site_route) as site:
             root = site.url("/")
             for run_id in ("moving-1", "moving-2"):
-                expected = produce(settings, env, tmp_path, run_id, root, scrapes)
+                expected = produce(env, tmp_path, run_id, root, scrapes)
                 crawl_until_accounted(
                     settings, run_id, expected, [(dlq, dlq_port), (revalidating, revalidating_port)], scrapes
                 )
@@ -259,7 +264,7 @@ def test_every_declared_metric_moves_in_a_crawl(settings: Settings, tmp_path: Pa
             trusting = Service(
                 "worker", {**env, "METRICS_PORT": str(trusting_port), "CACHE_FRESH_S": "3600"}, tmp_path
             )
-            expected = produce(settings, env, tmp_path, "moving-3", root, scrapes)
+            expected = produce(env, tmp_path, "moving-3", root, scrapes)
             crawl_until_accounted(
                 settings, "moving-3", expected, [(dlq, dlq_port), (trusting, trusting_port)], scrapes
             )
