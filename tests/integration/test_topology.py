@@ -73,6 +73,10 @@ def test_every_queue_holds_the_arguments_we_declared(settings: Settings, managem
         delay_args = queue_arguments(settings, management_api, f"{ns}.retry.{delay_ms}ms")
         assert delay_args["x-message-ttl"] == delay_ms
         assert delay_args["x-dead-letter-exchange"] == work_exchange(ns)
+    for delay_ms in topology.defer_delays_ms:
+        defer_args = queue_arguments(settings, management_api, f"{ns}.defer.{delay_ms}ms")
+        assert defer_args["x-message-ttl"] == delay_ms
+        assert defer_args["x-dead-letter-exchange"] == work_exchange(ns)
     # A dead letter the consumer cannot record is parked, never dropped.
     assert queue_arguments(settings, management_api, dead_letter_queue(ns))[
         "x-dead-letter-exchange"
