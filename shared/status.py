@@ -42,7 +42,15 @@ from shared.messages import QUEUE_KINDS
 from shared.presence import live_workers
 from shared.settings import Settings, redact
 from shared.status_view import CLEAR_SCREEN, frame, render
-from shared.topology import DEAD, PARKED, build_topology, dead_letter_queue, parked_queue, queue_role
+from shared.topology import (
+    DEAD,
+    PARKED,
+    build_topology,
+    dead_letter_queue,
+    delay_queue,
+    parked_queue,
+    queue_role,
+)
 
 __all__ = ["CLEAR_SCREEN", "gather", "main", "render"]
 
@@ -54,6 +62,9 @@ SCREEN_FALLBACK = (80, 24)  # columns, lines when the output is not a terminal
 # Where a run's counters are looked for before scanning: the default REDIS_PREFIX and the one
 # `make demo` uses (shared/crawl.py), so `--run <demo run>` needs no REDIS_PREFIX.
 KNOWN_PREFIXES = ("crawl", "demo")
+# Without the management API, retry queues are found by name: those of the settings, of the
+# default RETRY_DELAYS_S and of `make demo` (shared/crawl.py), whichever exist.
+KNOWN_RETRY_DELAYS_S = (0.5, 1.0, 5.0, 30.0)
 ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer")
 _DELAY_MS = re.compile(r"\.([0-9]+)ms$")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
@@ -113,26 +124,30 @@ def management_queues(settings: Settings, get: HttpGet) -> list[QueueStatus] | N
 
 
 def amqp_queues(settings: Settings) -> list[QueueStatus]:
-    """Queue figures from passive declares of the names the settings imply: live, but without
-    unacked counts, and blind to delay queues that other settings declared."""
+    """Queue figures from passive declares of the names the settings imply (and of the usual
+    retry queues): live, but without unacked counts, and blind to other delay queues."""
     shown = set(always_shown(settings))
+    ns = settings.crawl_namespace
+    names = [q.name for q in build_topology(settings).queues]
+    usual = [delay_queue(ns, int(seconds * 1000)) for seconds in KNOWN_RETRY_DELAYS_S]
+    names += [name for name in usual if name not in names]
     connection = broker.connect(settings, "status")
     try:
         channel = connection.channel()
         result = []
-        for queue in build_topology(settings).queues:
+        for name in names:
             try:
-                ready, consumers = broker.queue_depth(channel, queue.name)
+                ready, consumers = broker.queue_depth(channel, name)
             except broker.CONNECTION_ERRORS as exc:
                 if not connection.is_open:
                     raise broker.unavailable(settings, exc) from None
                 # The broker closes the channel of a passive declare on a missing queue.
-                if queue.name in shown:
-                    result.append(_missing(settings, queue.name))
+                if name in shown:
+                    result.append(_missing(settings, name))
                 channel = connection.channel()
                 continue
-            role = queue_role(settings.crawl_namespace, queue.name) or "work"
-            result.append(QueueStatus(queue.name, role, True, ready, None, consumers))
+            role = queue_role(ns, name) or "work"
+            result.append(QueueStatus(name, role, True, ready, None, consumers))
         return sorted(result, key=_order)
     finally:
         if connection.is_open:
