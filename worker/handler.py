@@ -3,7 +3,7 @@
 Free of pika: it returns what to publish and whether to ack, and the shared consumer loop does
 it. The order of work for a URL: decode → robots.txt (skip if disallowed) → response cache
 (fresh: done; stale: revalidate) → domain gate (rate, concurrency, pause) → fetch → parse →
-commit → (ack). Transient failures go to a delay queue with the attempt count in our own
+commit → (ack). Transient failures go to a retry queue with the attempt count in our own
 header; the last allowed failure, or a permanent one, goes to the dead-letter exchange. A URL
 the domain cannot take now (TryLater) goes to a defer queue, apart from the retries, without
 being charged an attempt: never dropped, never acked unprocessed.

@@ -9,7 +9,7 @@ Per domain, shared by every worker through Redis (docs/POLITENESS.md):
 
 `DomainGate.call(domain, send)` waits for a slot (in-process when the wait is short), sends,
 and reports throttling answers back to the shared state. When the wait would be long it raises
-TryLater, which is not a failure: the handler sends the URL back through a delay queue without
+TryLater, which is not a failure: the handler sends the URL back through a defer queue without
 charging it an attempt.
 """
 
