@@ -41,7 +41,7 @@ from shared.management import HttpGet
 from shared.messages import QUEUE_KINDS
 from shared.presence import live_workers
 from shared.settings import Settings, redact
-from shared.status_view import CLEAR_SCREEN, frame, render
+from shared.status_view import CLEAR_SCREEN, clip, frame, render
 from shared.topology import (
     DEAD,
     PARKED,
@@ -316,7 +316,7 @@ def watch(settings: Settings, run_id: str | None, interval_s: float, out: TextIO
             try:
                 shown = frame(gather(settings, run_id), footer, (size.columns, size.lines))
             except ServiceUnavailable as exc:
-                shown = f"{CLEAR_SCREEN}error: {exc}\n\n{footer}"
+                shown = f"{CLEAR_SCREEN}{clip(f'error: {exc}', size.columns)}\n\n{footer}"
             out.write(shown)
             out.flush()
             deadline = time.monotonic() + interval_s

@@ -103,11 +103,13 @@ def test_the_work_dead_and_parked_queues_show_as_missing_the_delay_queues_not_at
     }
 
 
-@pytest.mark.parametrize("where", ["scanned", "demo"])
+@pytest.mark.parametrize(
+    ("where", "name"), [("scanned", "run-"), ("demo", "run-"), ("scanned", "run-[a]*?-")]
+)
 def test_a_runs_counters_are_found_under_the_prefix_it_used(
-    settings: Settings, client: redis.Redis, where: str
+    settings: Settings, client: redis.Redis, where: str, name: str
 ) -> None:
-    run_id = unique_name("run-")
+    run_id = unique_name(name)  # glob characters in a run id match only themselves
     prefix = f"{settings.redis_prefix}-elsewhere" if where == "scanned" else "demo"
     assert prefix == "demo" or prefix not in KNOWN_PREFIXES
     key = Keys(prefix).run_stats(run_id)
