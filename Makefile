@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 WORKERS ?= 3
 SITEMAP ?=
 RUN_ID ?=
+FAULTS_SIZE ?= small
 
 .PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean
 
@@ -27,7 +28,11 @@ crawl: install
 	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N]"; exit 2; }
 	$(PY) -m shared.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID))
 
+# Unit, integration and end-to-end tests. Never stops or restarts a service (the fault scenarios
+# are `make faults`). First turns on the RabbitMQ management API if it is off, which is not a
+# restart: some tests read queue arguments and figures from it, and skip saying why without it.
 test: install
+	$(PY) -m tests.prepare
 	$(PY) -m pytest
 
 unit: install
@@ -39,10 +44,12 @@ integration: install
 e2e: install
 	$(PY) -m pytest -m e2e
 
-# The fault scenarios at the sizes docs/RELIABILITY.md reports (`make test` runs them small).
-# They stop and restart the local RabbitMQ, Redis and PostgreSQL: run them on a machine of your own.
+# The fault scenarios, small by default; FAULTS_SIZE=large for the sizes docs/RELIABILITY.md
+# reports. They stop and restart the local RabbitMQ, Redis and PostgreSQL: run them on a
+# machine of your own.
 faults: install
-	FAULTS_SIZE=large $(PY) -m pytest -m faults
+	$(PY) -m tests.prepare
+	FAULTS_SIZE=$(FAULTS_SIZE) $(PY) -m pytest -m faults tests/faults
 
 # Our pipeline beside Scrapy on the same local sites, in one run; prints one table
 # (docs/PERFORMANCE.md). Takes about 15 minutes; needs a quiet machine.

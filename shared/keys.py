@@ -16,6 +16,7 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:proxy-bench:<proxy>    string present while a proxy is benched (expires)
     crawl:deliveries:<message>   string redeliveries of one message, to bound a crash loop (expires)
     crawl:handling:<message>     string a handler has started on this message (expires)
+    crawl:worker:<worker id>     string a running worker's presence, for status (expires)
 
 Only the keys marked (expires) expire. Dedup and run counters are state: run Redis with
 ``maxmemory-policy noeviction`` (or keep the cache in another database) so eviction never
@@ -76,6 +77,13 @@ class Keys:
     def deliveries(self, message_fp: str) -> str:
         """`message_fp` is worker.poison.message_fingerprint of the message."""
         return f"{self.prefix}:deliveries:{message_fp}"
+
+    def worker(self, worker_id: str) -> str:
+        """Present while the worker runs (shared/presence.py)."""
+        return f"{self.prefix}:worker:{worker_id}"
+
+    def worker_pattern(self) -> str:
+        return f"{self.prefix}:worker:*"
 
     def all_pattern(self) -> str:
         return f"{self.prefix}:*"

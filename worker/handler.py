@@ -3,10 +3,10 @@
 Free of pika: it returns what to publish and whether to ack, and the shared consumer loop does
 it. The order of work for a URL: decode → robots.txt (skip if disallowed) → response cache
 (fresh: done; stale: revalidate) → domain gate (rate, concurrency, pause) → fetch → parse →
-commit → (ack). Transient failures go to a delay queue with the attempt count in our own
+commit → (ack). Transient failures go to a retry queue with the attempt count in our own
 header; the last allowed failure, or a permanent one, goes to the dead-letter exchange. A URL
-the domain cannot take now (TryLater) goes to a delay queue without being charged an attempt:
-never dropped, never acked unprocessed.
+the domain cannot take now (TryLater) goes to a defer queue, apart from the retries, without
+being charged an attempt: never dropped, never acked unprocessed.
 """
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ from shared.errors import (
 )
 from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
-from shared.topology import Topology, dead_letter_exchange, delay_routing_key, retry_exchange
+from shared.topology import (
+    Topology,
+    dead_letter_exchange,
+    defer_exchange,
+    delay_routing_key,
+    retry_exchange,
+)
 from shared.urls import domain_of
 from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_page
@@ -294,13 +300,13 @@ class CrawlHandler:
 
     def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:
         """The domain cannot take the URL for longer than we wait in-process: back through a
-        delay queue, with no attempt charged. The message is acked only once its copy is confirmed."""
-        delay_ms = self.topology.delay_ms_for(later.wait_s)
+        defer queue, with no attempt charged. The message is acked only once its copy is confirmed."""
+        delay_ms = self.topology.defer_delay_ms_for(later.wait_s)
         log.debug("deferring %s by %dms (%s)", task.url, delay_ms, later.reason)
-        metrics.RATE_LIMIT_DEFERRALS.labels(later.reason).inc()
+        metrics.DEFERRALS.labels(later.reason).inc()
         return Outcome.forward(
             Publication(
-                retry_exchange(self.topology.namespace),
+                defer_exchange(self.topology.namespace),
                 delay_routing_key(delay_ms, task.queue),
                 body,
                 progress.to_headers(),

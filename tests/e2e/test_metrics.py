@@ -86,10 +86,7 @@ def test_scraped_counters_equal_the_stored_and_dead_letter_counts(
 # Declared metrics a real crawl may leave at zero, each with its reason. Keep it short: the
 # crawl below is built to move every metric, and an entry that moves anyway fails the test,
 # so that it is taken off the list.
-EXCUSED: dict[str, str] = {
-    "crawl_rate_limit_waits": "the domain gate does not count its in-process waits yet (issue 20)",
-    "crawl_rate_limit_wait_seconds": "the domain gate does not count its in-process waits yet (issue 20)",
-}
+EXCUSED: dict[str, str] = {}
 ETAG = '"v1"'
 SLOW_PAGE_S = 0.3  # long enough for a scrape to find fetches in flight
 

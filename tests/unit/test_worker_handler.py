@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from shared.consumer import Delivery, Outcome
 from shared.errors import BlockedAddress, PermanentError, ServiceUnavailable, TransientError
@@ -273,17 +274,44 @@ def test_busy_domain_defers_through_the_broker_without_charging_an_attempt() -> 
         Reservation(0.0, True), Reservation(4.0, False, "rate")
     )  # robots.txt, then the page
     rig = make(FakeFetch([]), limiter=limiter)
+    deferred, retried = deferrals("rate"), retries()
     exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
-    assert (exchange, routing_key) == ("ns.retry", "d5000.bulk")
+    # A defer queue, not a retry queue: nothing failed.
+    assert (exchange, routing_key) == ("ns.defer", "d5000.bulk")
     assert headers[ATTEMPT_HEADER] == 1
     assert rig.fetch.urls == [] and rig.store.rows == [] and rig.time.slept == []
+    assert (deferrals("rate") - deferred, retries() - retried) == (1, 0)
+
+
+def deferrals(reason: str) -> float:
+    return REGISTRY.get_sample_value("crawl_deferrals_total", {"reason": reason}) or 0.0
+
+
+def retries() -> float:
+    return sum(
+        s.value
+        for m in REGISTRY.collect()
+        if m.name == "crawl_retries"
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
 
 
 def test_short_rate_limit_wait_happens_in_process() -> None:
     rig = make(FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.3, True)))
+    waits, waited_s = wait_metrics()
     assert settled(rig.handler(delivery())) == Outcome.done()
     assert rig.time.slept == [0.3, 0.3]  # robots.txt, then the page
     assert len(rig.store.rows) == 1
+    now_waits, now_waited_s = wait_metrics()
+    assert (now_waits - waits, now_waited_s - waited_s) == (2, pytest.approx(0.6))
+
+
+def wait_metrics() -> tuple[float, float]:
+    return (
+        REGISTRY.get_sample_value("crawl_rate_limit_waits_total") or 0.0,
+        REGISTRY.get_sample_value("crawl_rate_limit_wait_seconds_total") or 0.0,
+    )
 
 
 def test_fresh_cache_hit_skips_fetch_and_rate_limit() -> None:
