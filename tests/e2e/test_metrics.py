@@ -236,7 +236,9 @@ def test_every_declared_metric_moves_in_a_crawl(settings: Settings, tmp_path: Pa
     env = service_env(
         settings,
         RATE_LIMIT_RPS="4",
-        MAX_INLINE_WAIT_S="0.1",  # longer waits go back through the broker: deferrals
+        # Waits up to 0.2 s are slept in-process (rate-limit waits); longer ones go back through
+        # the broker (deferrals): at 4 per second both happen.
+        MAX_INLINE_WAIT_S="0.2",
         CACHE_ENABLED="true",
         MAX_ATTEMPTS="3",
     )
