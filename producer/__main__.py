@@ -13,6 +13,7 @@ from shared.metrics import start_metrics_server
 from shared.settings import Settings
 
 EXIT_PUBLISH_FAILED = 1
+EXIT_INTERRUPTED = 130  # Ctrl-C: the summary of what was done is printed all the same
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -79,7 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_metrics_server(settings)
     result = run(settings, options)
     print(json.dumps(result), flush=True)
-    return EXIT_PUBLISH_FAILED if result["publish_failed"] else 0
+    if result["publish_failed"]:
+        return EXIT_PUBLISH_FAILED
+    return EXIT_INTERRUPTED if result["interrupted"] else 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ so that they can be checked with figures alone.
 from __future__ import annotations
 
 import collections
+import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,6 +136,7 @@ class ProgressDisplay:
         self._last_line_at = clock()
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._rerouted: list[tuple[logging.StreamHandler[IO[str]], IO[str]]] = []
 
     def __enter__(self) -> ProgressDisplay:
         if self.live:
@@ -145,9 +148,23 @@ class ProgressDisplay:
                 console=self._console,
                 refresh_per_second=4,
             )
+            before = (sys.stdout, sys.stderr)
             self._progress.start()
             self._task = self._progress.add_task(self._label, total=None, detail="starting")
+            self._route_logging(before)
         return self
+
+    def _route_logging(self, before: tuple[IO[str], IO[str]]) -> None:
+        """Log lines bound for our terminal go through rich while the live line is up, which
+        prints them above it instead of through it. Rich stands in for sys.stdout and
+        sys.stderr while live; a logging handler keeps the stream it was given before."""
+        for stream, stand_in in zip(before, (sys.stdout, sys.stderr), strict=True):
+            if stream is not self._out or stand_in is stream:
+                continue
+            for handler in logging.getLogger().handlers:
+                if isinstance(handler, logging.StreamHandler) and handler.stream is stream:
+                    handler.setStream(stand_in)
+                    self._rerouted.append((handler, stream))
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
@@ -156,6 +173,9 @@ class ProgressDisplay:
 
     def close(self) -> None:
         if self._progress is not None:
+            for handler, stream in self._rerouted:
+                handler.setStream(stream)
+            self._rerouted.clear()
             self._progress.stop()
             self._progress = None
 
