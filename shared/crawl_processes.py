@@ -42,13 +42,13 @@ class Processes:
     policy: Callable[[], RestartPolicy] = RestartPolicy
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     given_up: dict[str, int] = field(default_factory=dict)  # name -> its last exit code
-    _commands: dict[str, list[str]] = field(default_factory=dict)
+    _commands: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
     _policies: dict[str, RestartPolicy] = field(default_factory=dict)
     _restart_at: dict[str, float] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
     def start(self, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
-        self._commands[name] = [sys.executable, "-m", module, *args]
+        self._commands[name] = ([sys.executable, "-m", module, *args], dict(self.env))
         self._policies[name] = self.policy()
         return self._launch(name)
 
@@ -62,7 +62,8 @@ class Processes:
     def _launch(self, name: str) -> subprocess.Popen[bytes]:
         log = self.log_of(name).open("ab")  # a restart writes on below its predecessor's lines
         self._logs.append(log)
-        process = subprocess.Popen(self._commands[name], env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        command, env = self._commands[name]  # a restart gets the environment of the first start
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.running[name] = process
         return process
 
@@ -106,7 +107,7 @@ class Processes:
     check_alive = supervise
 
     def _is_worker(self, name: str) -> bool:
-        return self._commands[name][2] == "worker"
+        return self._commands[name][0][2] == "worker"
 
     def stop_all(self) -> dict[str, int | None]:
         self._restart_at.clear()
