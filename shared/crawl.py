@@ -189,8 +189,9 @@ def what_stays(watch: RunWatch, run_id: str) -> str:
     left = max(0, snapshot.total - snapshot.done)
     queued = "?" if snapshot.queued is None else str(snapshot.queued)
     return (
-        f"  {left} of the run's {snapshot.total} URLs are not done; {queued} messages stay in the "
-        f"work queues (and delay queues), kept by the broker. Finish the run with: "
+        f"  {left} of the run's {snapshot.total} URLs are not done; the broker keeps them, with "
+        f"{queued} messages ready in the work queues (of every run) and any in the delay queues. "
+        f"Finish the run with: "
         f"make crawl RUN_ID={run_id} SITEMAP=... (the same inputs), or start workers "
         f"(python -m worker) and the dead-letter consumer"
     )

@@ -18,6 +18,7 @@ import redis
 from shared import broker
 from shared.accounting import Tally
 from shared.keys import Keys
+from shared.messages import QUEUE_KINDS
 from shared.progress import Snapshot
 from shared.runstate import read_state, recorded_enqueued
 from shared.settings import Settings
@@ -42,8 +43,8 @@ class RunWatch:
 
     def enqueued_by_queue(self) -> dict[str, int]:
         stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]
-        prefix = b"enqueued."
-        return {k[len(prefix) :].decode(): int(v) for k, v in sorted(stats.items()) if k.startswith(prefix)}
+        found = {k.decode(): int(v) for k, v in stats.items() if k.startswith(b"enqueued.")}
+        return {kind: found[f"enqueued.{kind}"] for kind in QUEUE_KINDS if f"enqueued.{kind}" in found}
 
     def snapshot(self, producing: bool = False) -> Snapshot:
         stored, dead, skipped = self._tally.outcomes()
