@@ -47,7 +47,7 @@ from shared.runstate import (
     write_state,
 )
 from shared.settings import Settings
-from shared.topology import work_exchange
+from shared.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
 from worker.store import UPSERT_SKIP
 
 Held = tuple[int, pika.BasicProperties, bytes]  # delivery tag, properties, body
@@ -177,7 +177,9 @@ def pause(settings: Settings, client: redis.Redis, keys: Keys, run_id: str) -> N
     try:
         channel = connection.channel()
         channel.exchange_declare(held_exchange(ns), "direct", durable=True)
-        channel.queue_declare(held_queue(ns, run_id), durable=True)
+        # Replicated like the work queues on a cluster (QUEUE_TYPE=quorum); no TTL, no limit.
+        arguments = {"x-queue-type": "quorum"} if settings.queue_type == "quorum" else CLASSIC_QUEUE_ARGUMENTS
+        channel.queue_declare(held_queue(ns, run_id), durable=True, arguments=arguments)
         channel.queue_bind(held_queue(ns, run_id), held_exchange(ns), run_id)
     finally:
         connection.close()
