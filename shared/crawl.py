@@ -270,12 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {**DEMO_ENV, **env}
     settings = Settings.from_env(env)
     configure_logging(settings.log_level, "crawl", settings.log_format)
-    producer_args = [
-        *_repeat("--sitemap", args.sitemap),
-        *_repeat("--site", args.site),
-        *_repeat("--urls", args.urls),
-        *(["--recrawl-of", args.recrawl_of] if args.recrawl_of else []),
-    ]
+    producer_args = producer_arguments(args)
     if not (args.sitemap or args.site or args.urls) and not args.demo:
         raise ConfigError("nothing to crawl: give --sitemap, --site, --urls or --demo")
     if args.workers < 1:
@@ -327,6 +322,16 @@ def forget_cached_responses(settings: Settings) -> None:
                 client.delete(*keys)
     finally:
         client.close()
+
+
+def producer_arguments(args: argparse.Namespace) -> list[str]:
+    """What the crawl passes on to `python -m producer` (besides --run-id)."""
+    return [
+        *_repeat("--sitemap", args.sitemap),
+        *_repeat("--site", args.site),
+        *_repeat("--urls", args.urls),
+        *(["--recrawl-of", args.recrawl_of] if args.recrawl_of else []),
+    ]
 
 
 def _repeat(flag: str, values: list[str]) -> list[str]:
