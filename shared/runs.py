@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
             )
         if args.command == "show":
             return show_run(settings, client, keys, run_id, state, out)
-        if state == CANCELLED:
+        if state == CANCELLED and args.command != "cancel":  # cancelling again is harmless
             raise ConfigError(f"run {run_id!r} was cancelled; it cannot be {args.command}d")
         if args.command == "pause":
             pause(settings, client, keys, run_id)
