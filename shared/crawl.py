@@ -94,6 +94,7 @@ def run_crawl(
                 producer = start_producer(run_id, producer_args, env, log_dir)
                 procs.adopt("producer", producer)
                 summary = wait_until_accounted(watch, producer, log_dir, procs, display, timeout_s)
+                elapsed = time.monotonic() - started
         except CrawlFailed as exc:
             codes = procs.stop_all()
             print(f"crawl failed: {exc}", file=out)
@@ -104,15 +105,17 @@ def run_crawl(
             print(
                 f"interrupted: stopping the processes (at most {STOP_TIMEOUT_S:.0f} s)", file=out, flush=True
             )
-            codes = procs.stop_all()
             elapsed = time.monotonic() - started
-            print_accounting(account(settings, run_id), watch, summary, elapsed, codes, log_dir, out)
+            codes = procs.stop_all()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            summary = summary or summary_if_any(log_dir)  # the producer prints one when stopped
+            a = account(settings, run_id)
+            print_accounting(a, watch, summary, elapsed, codes, log_dir, out, finished=False)
             print(what_stays(watch, run_id), file=out)
             return EXIT_INTERRUPTED
         finally:
             if codes is None:  # whatever happened, no process outlives the crawl
                 codes = procs.stop_all()
-        elapsed = time.monotonic() - started
         accounting = account(settings, run_id)
         expected = print_accounting(accounting, watch, summary, elapsed, codes, log_dir, out)
     clean_exit = all(code == 0 for code in codes.values())
@@ -131,6 +134,16 @@ def start_producer(
         return subprocess.Popen(
             [sys.executable, "-m", "producer", "--run-id", run_id, *args], env=env, stdout=summary, stderr=log
         )
+
+
+def summary_if_any(log_dir: Path) -> dict[str, Any] | None:
+    """The producer's summary, if it printed one (a producer stopped by Ctrl-C does)."""
+    try:
+        text = (log_dir / "producer-summary.json").read_text().strip()
+        summary: dict[str, Any] = json.loads(text.splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return summary
 
 
 def producer_summary(producer: subprocess.Popen[bytes], log_dir: Path) -> dict[str, Any]:
@@ -205,15 +218,18 @@ def print_accounting(
     codes: dict[str, int | None],
     log_dir: Path,
     out: IO[str],
+    *,
+    finished: bool = True,
 ) -> int:
     """Print the run's accounting; return the total it was checked against (the run's enqueued
-    URLs, every producer invocation of the run together)."""
+    URLs, every producer invocation of the run together). `finished=False`: stopped before the
+    end, so URLs not yet accounted for are expected, not a mismatch."""
     expected = watch.total()
     this_time = "" if summary is None else f", {summary['enqueued_total']} of them this time"
     duplicates = "?" if summary is None else f"{summary['duplicates']:6d}"
     dead = ", ".join(f"{reason} {n}" for reason, n in a.dead_by_reason.items()) or "none"
     skips = ", ".join(f"{reason} {n}" for reason, n in a.skips_by_reason.items()) or "none"
-    mark = "ok" if a.accounted == expected else "MISMATCH"
+    mark = "ok" if a.accounted == expected else "MISMATCH" if finished else "not finished"
     stopped = ", ".join(f"{name}={code}" for name, code in codes.items())
     print(
         f"\nrun {a.run_id}\n"

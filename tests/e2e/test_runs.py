@@ -263,3 +263,52 @@ def test_a_worker_killed_during_a_crawl_is_started_again_and_the_crawl_completes
     a = account(settings, "e2e-restart")
     assert a.accounted == demo_site.config.expected().unique_total
     assert "accounted for" in output and ": ok" in output
+
+
+def test_ctrl_c_stops_a_crawl_and_prints_what_it_did_so_far(
+    settings: Settings, demo_site: DemoSite, tmp_path: Path
+) -> None:
+    db.ensure_schema(settings)
+    crawl = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shared.crawl",
+            "--sitemap",
+            demo_site.config.sitemap_index_url,
+            "--workers",
+            "2",
+            "--run-id",
+            "e2e-ctrl-c",
+            "--log-dir",
+            str(tmp_path),
+        ],
+        env=service_env(settings, RATE_LIMIT_RPS="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job has
+    )
+    try:
+        wait_until(lambda: account(settings, "e2e-ctrl-c").stored >= 2, "a few pages stored")
+        os.killpg(crawl.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
+        output, _ = crawl.communicate(timeout=60)
+    finally:
+        if crawl.poll() is None:
+            os.killpg(crawl.pid, signal.SIGKILL)
+    assert crawl.returncode == 130, output
+    assert "interrupted: stopping the processes" in output
+    a = account(settings, "e2e-ctrl-c")
+    total = demo_site.config.expected().unique_total
+    assert f"accounted for     {a.accounted:6d} of {total}: not finished" in output
+    assert "Finish the run with: make crawl RUN_ID=e2e-ctrl-c" in output
+    # Every process stopped cleanly: workers on their own SIGINT, the producer with its summary.
+    codes = output.split("processes stopped with exit codes: ")[1].splitlines()[0]
+    assert set(codes.replace(",", " ").split()) <= {
+        "dlq_consumer=0",
+        "worker-1=0",
+        "worker-2=0",
+        "producer=0",
+        "producer=130",
+    }, codes
+    assert "Traceback" not in output
