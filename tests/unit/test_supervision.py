@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from shared.crawl_processes import exit_text, last_line
+from shared.crawl_processes import CrawlFailed, Processes, exit_text, last_line
 from shared.supervision import RestartPolicy
 
 pytestmark = pytest.mark.unit
@@ -105,3 +107,31 @@ def test_a_pool_restarts_a_dying_worker_then_gives_up_and_stops(tmp_path: Path) 
     assert result.returncode == 3  # the code of the worker that kept dying
     assert "worker 1 keeps dying (ended 3 times within 60 s, last with code 3)" in result.stderr
     assert result.stderr.count("; starting it again in") == 2
+
+
+def test_a_crawl_process_that_keeps_dying_is_given_up_with_its_own_last_line(tmp_path: Path) -> None:
+    lines: list[str] = []
+    procs = Processes(
+        tmp_path,
+        dict(os.environ),
+        say=lines.append,
+        policy=lambda: RestartPolicy(max_restarts=2, window_s=60, first_delay_s=0.01, max_delay_s=0.01),
+    )
+    # A process that fails at once, with a one-line error, every time it starts.
+    procs.start("helper", "json.tool", str(tmp_path / "missing.json"))
+    with pytest.raises(CrawlFailed, match="helper keeps dying"):
+        for _ in range(500):
+            procs.supervise()
+            time.sleep(0.01)
+    procs.stop_all()
+    assert [line.split(":")[0] for line in lines] == [
+        "helper exited with code 2",
+        "helper started again",
+        "helper exited with code 2",
+        "helper started again",
+        "helper keeps dying (ended 3 times within 60 s, last exited with code 2",
+    ]
+    assert "missing.json" in lines[0]  # the process's own error line
+    assert lines[-1].endswith(f"not starting it again; see {tmp_path / 'helper.log'}")
+    # Each start's lines appended to the same log.
+    assert (tmp_path / "helper.log").read_text().count("No such file or directory") == 3
