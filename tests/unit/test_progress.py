@@ -6,6 +6,8 @@ import io
 
 import pytest
 
+from producer.pipeline import Counts
+from producer.progress import describe
 from shared.progress import ProgressDisplay, Rate, Snapshot, duration, eta_s, live_detail, periodic_line
 
 pytestmark = pytest.mark.unit
@@ -100,3 +102,12 @@ def test_on_a_terminal_the_line_is_drawn_in_place_and_notes_go_above_it() -> Non
     assert "worker-1 started again" in text
     assert "run-x" in text and "5/10" in text and "2.0 pages/s" in text
     assert "unused" not in text
+
+
+def test_the_producer_line_counts_up_without_a_total() -> None:
+    counts = Counts(urls_seen=4000, duplicates=90)
+    counts.enqueued.update(priority=100, bulk=3800)
+    counts.invalid["bad scheme"] = 10
+    assert describe(counts, 3, 812.4) == (
+        "4,000 URLs read (812/s), 3,900 enqueued, 90 duplicates, 10 invalid, 3 sitemaps"
+    )
