@@ -6,6 +6,7 @@ WORKERS ?= 3
 SITEMAP ?=
 RUN_ID ?=
 FAULTS_SIZE ?= small
+RECRAWL_OF ?=
 
 .PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean
 
@@ -24,9 +25,10 @@ demo: install
 	$(PY) -m shared.crawl --demo --workers $(WORKERS)
 
 # Crawl a sitemap (or a site root) with WORKERS workers and a dead-letter consumer until done.
+# RUN_ID of an interrupted run finishes it; RECRAWL_OF=<earlier run> fetches only what changed.
 crawl: install
-	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N]"; exit 2; }
-	$(PY) -m shared.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID))
+	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N] [RUN_ID=id] [RECRAWL_OF=id]"; exit 2; }
+	$(PY) -m shared.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(RECRAWL_OF),--recrawl-of $(RECRAWL_OF))
 
 # Unit, integration and end-to-end tests. Never stops or restarts a service (the fault scenarios
 # are `make faults`). First turns on the RabbitMQ management API if it is off, which is not a

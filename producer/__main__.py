@@ -14,6 +14,7 @@ from shared.metrics import start_metrics_server
 from shared.settings import Settings
 
 EXIT_PUBLISH_FAILED = 1
+EXIT_INTERRUPTED = 130  # Ctrl-C: the summary of what was done is printed all the same
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -84,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(result), flush=True)
     if server is not None:  # a short run would otherwise exit before Prometheus ever read it
         linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)
-    return EXIT_PUBLISH_FAILED if result["publish_failed"] else 0
+    if result["publish_failed"]:
+        return EXIT_PUBLISH_FAILED
+    return EXIT_INTERRUPTED if result["interrupted"] else 0
 
 
 if __name__ == "__main__":

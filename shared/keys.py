@@ -4,6 +4,7 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
 
     crawl:seen:<run>:<bucket>    hash   dedup fingerprints of one run (field = fingerprint tail)
     crawl:run:<run>:stats        hash   counters of one run (enqueued.<queue>, retries, cache_hits, ...)
+    crawl:run:<run>:state        string paused | cancelled (shared/runs.py); absent: running
     crawl:rate:<domain>          string GCRA theoretical arrival time of a domain (expires)
     crawl:cache:<fingerprint>    string cached response (expires after CACHE_TTL_S)
     crawl:sent:<domain>          string server time of the domain's latest request, µs (expires)
@@ -38,6 +39,12 @@ class Keys:
 
     def run_stats(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:stats"
+
+    def run_state(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:state"
+
+    def run_stats_pattern(self) -> str:
+        return f"{self.prefix}:run:*:stats"
 
     def rate(self, domain: str) -> str:
         return f"{self.prefix}:rate:{domain}"

@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_pool(
         settings.worker_processes,
         lambda index: exit_code_of("worker", lambda: serve(pool_member(settings, index), schema_ready=True)),
+        name_of=lambda index: f"worker {settings.worker_id}-{index}",
     )
 
 

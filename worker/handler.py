@@ -34,6 +34,7 @@ from shared.errors import (
     TransientError,
 )
 from shared.messages import CrawlTask, Failure, Progress
+from shared.runstate import CANCELLED, PAUSED, held_exchange
 from shared.settings import Settings
 from shared.topology import (
     Topology,
@@ -102,6 +103,12 @@ class Robots(Protocol):
     def rules_for(self, url: str, fetch: Callable[[str], RobotsAnswer]) -> RobotsRules: ...
 
 
+class RunStates(Protocol):
+    """shared.runstate.RunStates: running, paused or cancelled, cached for a second."""
+
+    def state(self, run_id: str) -> str: ...
+
+
 class Store(Protocol):
     def save_page_later(self, row: PageRow, committed: Callable[[BaseException | None], None]) -> None: ...
 
@@ -120,6 +127,7 @@ class CrawlHandler:
     clock: Callable[[], float] = time.time
     delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
+    run_states: RunStates | None = None  # paused and cancelled runs (shared/runstate.py)
 
     def __post_init__(self) -> None:
         self._local = threading.local()
@@ -149,6 +157,12 @@ class CrawlHandler:
         except DecodeError as exc:
             log.warning("undecodable message on %s: %s", delivery.queue, exc.detail)
             return self._dead_letter(delivery.body, delivery.queue, progress, exc)
+        if self.run_states is not None:
+            state = self.run_states.state(task.run_id)
+            if state == PAUSED:
+                return self._hold(delivery.body, task, progress)
+            if state == CANCELLED:
+                return self._skip(task, "cancelled", "the run was cancelled by an operator")
         try:
             with metrics.FETCHES_IN_FLIGHT.track_inprogress():
                 return self._crawl(task, progress)
@@ -308,6 +322,20 @@ class CrawlHandler:
             Publication(
                 defer_exchange(self.topology.namespace),
                 delay_routing_key(delay_ms, task.queue),
+                body,
+                progress.to_headers(),
+                task.priority or None,
+            )
+        )
+
+    def _hold(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome:
+        """A paused run's URL goes, once, to the run's hold queue, where nothing consumes it
+        until `resume` moves it back; acked once its copy there is confirmed."""
+        log.debug("holding %s: run %s is paused", task.url, task.run_id)
+        return Outcome.forward(
+            Publication(
+                held_exchange(self.topology.namespace),
+                task.run_id,
                 body,
                 progress.to_headers(),
                 task.priority or None,

@@ -510,3 +510,37 @@ def test_a_page_is_acked_only_once_its_row_is_committed() -> None:
     outage = ServiceUnavailable("PostgreSQL", "db", "down")
     rig.store.held.pop()(outage)
     assert failed.later is not None and failed.later.exception(timeout=0) is outage
+
+
+class FakeRunStates:
+    def __init__(self, **states: str) -> None:
+        self.states = states
+        self.asked: list[str] = []
+
+    def state(self, run_id: str) -> str:
+        self.asked.append(run_id)
+        return self.states.get(run_id, "running")
+
+
+def test_a_paused_run_s_message_goes_once_to_its_hold_queue_unfetched() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="paused")
+    exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
+    assert (exchange, routing_key) == ("ns.held", "r1")  # the run's hold queue is bound with its id
+    assert headers[ATTEMPT_HEADER] == 1  # not charged an attempt
+    assert rig.fetch.urls == [] and rig.store.rows == [] and rig.store.skips == []
+
+
+def test_a_cancelled_run_s_message_is_skipped_with_reason_cancelled() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="cancelled")
+    assert rig.handler(delivery()) == Outcome.done()
+    assert [(s.run_id, s.url, s.reason) for s in rig.store.skips] == [("r1", "http://a.test/p", "cancelled")]
+    assert rig.fetch.urls == []
+
+
+def test_a_running_run_s_message_is_fetched() -> None:
+    rig = make(FakeFetch([ok_response()]))
+    rig.handler.run_states = states = FakeRunStates(other="paused")
+    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert states.asked == ["r1"] and len(rig.store.rows) == 1
