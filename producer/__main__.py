@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
+from producer.final_scrape import ScrapeWatch, linger_until_scraped
 from producer.seeding import mark_seeded, seeded_summary
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
@@ -25,6 +24,7 @@ EXIT_PUBLISH_FAILED = 1
 # A run where only some sitemaps failed exits 0: what could be read is being crawled, and the
 # summary's sitemaps_failed (and a warning) name the others.
 EXIT_NOTHING_READ = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C: the summary of what was done is printed all the same
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -79,19 +79,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="with --run-id: if this run was seeded to the end before, print that summary and "
         "exit 0 without reading anything (for a container that may be started again)",
     )
-    parser.add_argument(
-        "--metrics-linger",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="keep serving /metrics this long after the run, so that Prometheus scrapes the "
-        "final figures of a short run (with METRICS_PORT set; default 0)",
-    )
     args = parser.parse_args(argv)
     if args.once and not args.run_id:
         raise ConfigError("--once: give the run a name with --run-id, or every start is a new run")
-    if args.metrics_linger < 0:
-        raise ConfigError(f"--metrics-linger: expected seconds >= 0, got {args.metrics_linger:g}")
     return Options(
         run_id=args.run_id or new_run_id(),
         sitemaps=tuple(args.sitemap),
@@ -100,7 +90,6 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         routing_file=args.routing,
         recrawl_of=args.recrawl_of,
         once=args.once,
-        metrics_linger_s=args.metrics_linger,
     )
 
 
@@ -112,14 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("run %s was seeded at %s: nothing to do", options.run_id, earlier.get("seeded_at"))
         print(json.dumps({**earlier, "already_seeded": True}), flush=True)
         return 0
-    server = start_metrics_server(settings)
+    watch = ScrapeWatch()
+    server = start_metrics_server(settings, registry=watch)
     result = run(settings, options)
+    watch.arm()  # the figures are final: a scrape from now on, even before the summary, counts
     print(json.dumps(result), flush=True)
     code = exit_code(result)
     if options.once and code == 0 and not result["stopped_early"]:
         mark_seeded(settings, options.run_id, result)
-    if server is not None and options.metrics_linger_s > 0:
-        linger(options.metrics_linger_s)
+    if server is not None:  # a short run would otherwise exit before Prometheus ever read it
+        linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)
     return code
 
 
@@ -127,6 +118,8 @@ def exit_code(result: dict[str, Any]) -> int:
     failed = result["sitemaps_failed"]
     if result["publish_failed"]:
         return EXIT_PUBLISH_FAILED
+    if result["interrupted"]:
+        return EXIT_INTERRUPTED
     if failed and result["urls_seen"] == 0:
         log.error(
             "run %s: no sitemap could be read (%d failed), nothing to crawl", result["run_id"], len(failed)
@@ -139,15 +132,6 @@ def exit_code(result: dict[str, Any]) -> int:
             len(failed),
         )
     return 0
-
-
-def linger(seconds: float) -> None:
-    """Wait with the metrics server up; SIGTERM or SIGINT cuts the wait short."""
-    done = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda _signum, _frame: done.set())
-    log.info("serving the final metrics for %g s", seconds)
-    done.wait(seconds)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ Sitemap hosts are strangers too: connections go through the address guard (share
 so a sitemap or robots.txt on a blocked address (or a redirect to one) fails with reason
 `blocked_address`. Bodies are capped on DECOMPRESSED bytes: we ask for identity, but a server
 that sends Content-Encoding anyway is decoded here, in bounded pieces, against the cap.
+
+With PROXIES set, every sitemap and robots.txt request goes through the workers' proxy pool
+(worker/proxies.py): the same proxies, the same rotation, the same bench in Redis. A proxy that
+fails is counted against it and the request goes once through another; when no proxy is usable
+the file fails (`sitemaps_failed` in the summary) and a re-run with the same run id reads it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import urllib3.exceptions
 from shared.errors import TaskError
 from shared.netguard import guarded_session
 from shared.settings import Settings
+from worker.politeness import TryLater
+from worker.proxies import Proxy, ProxyFailed, ProxyPool, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +59,9 @@ class HttpFetcher:
         self,
         settings: Settings,
         session_factory: Callable[[Settings], requests.Session] = guarded_session,
+        proxies: ProxyPool | None = None,
     ) -> None:
+        self._proxies = proxies
         self._timeout = (settings.fetch_connect_timeout_s, settings.fetch_read_timeout_s)
         self._deadline_s = settings.fetch_deadline_s * SITEMAP_DEADLINE_FACTOR
         self._max_bytes = settings.max_sitemap_bytes
@@ -64,16 +73,46 @@ class HttpFetcher:
         self._session.headers["Accept-Encoding"] = "identity"
 
     def __call__(self, url: str) -> bytes:
+        if self._proxies is None:
+            return self._get(url, None)
+        tried: list[Proxy] = []
+        while True:
+            try:
+                proxy = self._proxies.choose(avoid=tried)
+            except TryLater as later:
+                raise FetchFailed(f"every proxy is benched (for {later.wait_s:.0f} s more)") from None
+            try:
+                return self._get(url, proxy)
+            except ProxyFailed as exc:
+                # The proxy's fault, not the site's: counted against it, then one other proxy
+                # gets a try, as a worker's request does.
+                self._proxies.failed(proxy, exc)
+                tried.append(proxy)
+                if len(tried) >= min(2, self._proxies.size):
+                    raise FetchFailed(f"proxy {proxy.label} failed ({exc.reason})") from None
+
+    def _get(self, url: str, proxy: Proxy | None) -> bytes:
         started = time.monotonic()
+        via = {"http": proxy.url, "https": proxy.url} if proxy is not None else None
         try:
-            with self._session.get(url, timeout=self._timeout, stream=True) as response:
+            with self._session.get(url, timeout=self._timeout, stream=True, proxies=via) as response:
+                if proxy is not None and response.status_code == 407:
+                    raise ProxyFailed("proxy_error", "407 Proxy Authentication Required", 407)
                 if response.status_code != 200:
                     raise FetchFailed(f"HTTP {response.status_code}", response.status_code)
                 return self._read_capped(response, started)
+        except ProxyFailed:
+            raise
         except TaskError as exc:  # the guard's BlockedAddress or InvalidURL, here or on a redirect
             raise FetchFailed(str(exc)) from None
-        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+        except requests.exceptions.ProxyError as exc:  # before RequestException, its base
+            raise ProxyFailed("proxy_error", without_credentials(str(exc))) from None
+        except requests.exceptions.ConnectTimeout as exc:
+            if proxy is not None:  # the connection that timed out was the one to the proxy
+                raise ProxyFailed("proxy_error", without_credentials(str(exc))) from None
             raise FetchFailed(_describe(exc)) from None
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+            raise FetchFailed(without_credentials(_describe(exc))) from None
 
     def _read_capped(self, response: requests.Response, started: float) -> bytes:
         encoding = response.headers.get("Content-Encoding", "")

@@ -33,6 +33,7 @@ from producer.background import Background
 from producer.recrawl import is_due
 from producer.routing import Router
 from producer.sitemaps import SitemapEntry
+from shared import metrics
 from shared.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.messages import QUEUE_KINDS, TaskBodies
@@ -215,6 +216,7 @@ class Pipeline:
             canonical = canonicalize(entry.url)
         except InvalidURL as exc:
             self.counts.invalid[str(exc)] += 1
+            metrics.URLS_INVALID.labels(str(exc)).inc()  # reasons are a short list (shared/urls.py)
             self._invalid_unreported += 1
             log.debug("invalid URL from %s: %s", entry.source, exc)
             return
@@ -380,7 +382,10 @@ class Pipeline:
             )
         for kind, n in added.items():
             self.counts.enqueued[kind] += n
+            if n:
+                metrics.URLS_ENQUEUED.labels(kind).inc(n)
         self.counts.duplicates += item.duplicates
+        metrics.URL_DUPLICATES.inc(item.duplicates)
 
     def _mark_seen(self) -> None:
         """Mark the URLs confirmed since the last time seen for good, and add up their counts.

@@ -91,6 +91,10 @@ class Settings:
     # Loopback by default so that a developer machine exposes nothing; containers set 0.0.0.0
     # so that Prometheus can reach them over the container network.
     metrics_host: str = "127.0.0.1"
+    # A producer serving metrics stays up after its run until its final figures have been scraped
+    # once, for at most this long: a scrape every 15 s, found by a DNS refresh every 15 s, needs
+    # up to 30 s to see a new producer at all. 0 = exit at once.
+    metrics_linger_s: float = 60.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -141,6 +145,8 @@ class Settings:
             )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"LOG_FORMAT: expected 'text' or 'json', got {self.log_format!r}")
+        if self.metrics_linger_s < 0:
+            raise ConfigError(f"METRICS_LINGER_S: must be 0 or more, got {self.metrics_linger_s}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"METRICS_PORT: expected 0 (off) or a TCP port, got {self.metrics_port}")
         if self.fetch_allowlist.strip():

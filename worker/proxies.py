@@ -166,14 +166,10 @@ class ProxyPool:
             raise TryLater(max(min(benched), 1.0), "proxies_benched")
         if self._rotation == "random":
             return self._rng.choice(usable)
-        # Round robin over the whole list, skipping benched ones, so that a proxy coming back
-        # from the bench takes its turn again at once.
-        start = next(self._turn) % len(self._proxies)
-        for offset in range(len(self._proxies)):
-            candidate = self._proxies[(start + offset) % len(self._proxies)]
-            if candidate in usable:
-                return candidate
-        return usable[0]  # unreachable: usable is not empty
+        # Round robin over the usable proxies only, so that a benched proxy's turns are shared
+        # evenly among the others (taking the next one in the whole list would hand them all
+        # to its neighbour). A proxy back from the bench is usable again, and takes turns at once.
+        return usable[next(self._turn) % len(usable)]
 
     def failed(self, proxy: Proxy, error: TransientError) -> None:
         if self._bench.failed(proxy.label):

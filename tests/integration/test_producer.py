@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client import REGISTRY
 
 from producer.dedup import Dedup, split_fingerprint
 from producer.fetch import FetchFailed, HttpFetcher
@@ -152,6 +153,31 @@ def test_site_run_publishes_each_new_url_once(settings: Settings, site: LocalSit
     assert again["enqueued_total"] == 0
     assert again["duplicates"] == 33
     assert [depth(settings, kind) for kind in ("priority", "ttl", "bulk")] == [5, 7, 20]
+
+
+def producer_samples() -> dict[str, float]:
+    """The producer's metrics now, every series of each summed."""
+    wanted = ("crawl_producer_urls_enqueued", "crawl_producer_duplicates", "crawl_producer_invalid_urls")
+    totals = dict.fromkeys(wanted, 0.0)
+    for family in REGISTRY.collect():
+        if family.name in totals:
+            totals[family.name] += sum(s.value for s in family.samples if s.name.endswith("_total"))
+    return totals
+
+
+def test_the_producer_metrics_count_what_its_summary_reports(settings: Settings, site: LocalSite) -> None:
+    before = producer_samples()
+
+    result = run(settings, Options(run_id="it-metrics", sites=(site.root + "/",)))
+
+    after = producer_samples()
+    moved = {name: after[name] - before[name] for name in after}
+    assert moved == {
+        "crawl_producer_urls_enqueued": result["enqueued_total"],
+        "crawl_producer_duplicates": result["duplicates"],
+        "crawl_producer_invalid_urls": sum(result["invalid"].values()),
+    }
+    assert (result["enqueued_total"], result["duplicates"], sum(result["invalid"].values())) == (32, 1, 1)
 
 
 def test_published_tasks_carry_body_headers_and_priority(settings: Settings, site: LocalSite) -> None:

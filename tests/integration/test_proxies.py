@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from bench.site import LoggedSite, pages_route
+from bench.site import Answer, Hit, LoggedSite, Route, pages_route
+from producer.service import Options, run
 from shared import db
 from shared.errors import ConfigError, TransientError
 from shared.keys import Keys
@@ -197,3 +198,74 @@ def test_bad_proxy_urls_are_config_errors_that_hide_the_password(raw: str) -> No
     with pytest.raises(ConfigError) as caught:
         parse_proxies(raw)
     assert "pw" not in str(caught.value)
+
+
+def sitemap_route(pages: int) -> Route:
+    """robots.txt naming a sitemap of `pages` pages; the pages themselves are not asked for here."""
+
+    def route(hit: Hit) -> Answer:
+        if hit.path == "/robots.txt":
+            return Answer(200, f"User-agent: *\nSitemap: http://{hit.domain}/sitemap.xml\n".encode())
+        if hit.path == "/sitemap.xml":
+            locs = "".join(f"<url><loc>http://{hit.domain}/p/{n}</loc></url>" for n in range(pages))
+            body = f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{locs}</urlset>'
+            return Answer(200, body.encode(), {"Content-Type": "application/xml"})
+        return Answer(404)
+
+    return route
+
+
+@pytest.mark.timeout(60)
+def test_the_producer_reads_robots_and_sitemaps_through_the_proxies(
+    polite: Settings, proxies: list[ForwardProxy]
+) -> None:
+    proxies.extend([ForwardProxy(credentials=f"crawler:{PASSWORD}"), ForwardProxy()])
+    urls = [proxies[0].url(f"crawler:{PASSWORD}@"), proxies[1].url()]
+    settings = dataclasses.replace(polite, proxies=",".join(urls))
+    with LoggedSite(sitemap_route(pages=4)) as site:
+        root = f"http://127.0.0.1:{site.port}"
+        summary = run(settings, Options(run_id="via-proxies", sites=(root + "/",)))
+        site_paths = sorted(hit.path for hit in site.hits)
+
+    assert summary["enqueued_total"] == 4 and summary["sitemaps_failed"] == []
+    assert site_paths == ["/robots.txt", "/sitemap.xml"]
+    # One request each, taken in turn: nothing went to the site directly.
+    assert sorted(len(p.seen) for p in proxies) == [1, 1]
+    assert sorted(seen for p in proxies for seen in p.seen) == [root + "/robots.txt", root + "/sitemap.xml"]
+
+
+@pytest.mark.timeout(60)
+def test_the_producer_benches_a_failing_proxy_and_reads_through_another(
+    polite: Settings, proxies: list[ForwardProxy], caplog: pytest.LogCaptureFixture
+) -> None:
+    live = ForwardProxy()
+    proxies.append(live)
+    dead = f"http://user:{PASSWORD}@127.0.0.1:{closed_port()}"
+    settings = dataclasses.replace(polite, proxies=f"{dead},{live.url()}", proxy_max_failures=1)
+    caplog.set_level(logging.DEBUG)
+    with LoggedSite(sitemap_route(pages=3)) as site:
+        root = f"http://127.0.0.1:{site.port}"
+        summary = run(settings, Options(run_id="past-a-dead-proxy", sites=(root + "/",)))
+
+    assert summary["enqueued_total"] == 3 and summary["sitemaps_failed"] == []
+    assert sorted(live.seen) == [root + "/robots.txt", root + "/sitemap.xml"]
+    client = redis.Redis.from_url(settings.redis_url)
+    try:  # benched for the workers too: the bench is shared through Redis
+        assert client.pttl(Keys(settings.redis_prefix).proxy_bench(Proxy.parse(dead).label)) > 0
+    finally:
+        client.close()
+    assert PASSWORD not in caplog.text
+
+
+def test_when_every_proxy_fails_the_sitemap_fails_with_a_reason(polite: Settings) -> None:
+    dead = f"http://user:{PASSWORD}@127.0.0.1:{closed_port()}"
+    settings = dataclasses.replace(polite, proxies=dead)
+    with LoggedSite(sitemap_route(pages=3)) as site:
+        sitemap = f"http://127.0.0.1:{site.port}/sitemap.xml"
+        summary = run(settings, Options(run_id="no-proxy-left", sitemaps=(sitemap,)))
+        assert site.hits == []  # never fetched directly
+
+    assert summary["enqueued_total"] == 0
+    (failure,) = summary["sitemaps_failed"]
+    assert failure["url"] == sitemap and failure["error"].startswith("proxy http://127.0.0.1:")
+    assert PASSWORD not in str(summary)

@@ -148,15 +148,44 @@ def test_workers_get_time_to_finish_their_fetches(documents: list[dict[str, Any]
     assert worker["terminationGracePeriodSeconds"] > deadline_s
 
 
-def test_long_running_services_are_ready_when_their_metrics_answer(documents: list[dict[str, Any]]) -> None:
+def test_long_running_services_are_ready_and_alive_while_their_metrics_answer(
+    documents: list[dict[str, Any]],
+) -> None:
     port = Settings.from_env(config(documents)).metrics_port
     for module in ("worker", "dlq_consumer"):
         (container,) = workload_running(documents, module)["spec"]["template"]["spec"]["containers"]
-        probe = container["readinessProbe"]["httpGet"]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        assert probe["path"] == "/metrics"
-        assert ports[probe["port"]] == port, module
-        assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+        for kind in ("readinessProbe", "livenessProbe"):
+            probe = container[kind]["httpGet"]
+            assert probe["path"] == "/metrics", (module, kind)
+            assert ports[probe["port"]] == port, (module, kind)
+        liveness = container["livenessProbe"]
+        # Slow to give up: a restart hands the worker's messages back to be fetched again.
+        assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60, module
+
+
+def test_every_container_has_cpu_and_memory_requests_and_limits(documents: list[dict[str, Any]]) -> None:
+    for workload, container in containers(documents):
+        resources = container["resources"]
+        for bound in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(resources[bound]), (workload["metadata"]["name"], bound)
+        assert cpu_cores(resources["limits"]["cpu"]) >= cpu_cores(resources["requests"]["cpu"])
+
+
+def cpu_cores(quantity: str | int | float) -> float:
+    text = str(quantity)
+    return int(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def test_the_producer_job_has_a_deadline_and_no_probe_on_its_metrics(documents: list[dict[str, Any]]) -> None:
+    job = workload_running(documents, "producer")
+    deadline_s = job["spec"]["activeDeadlineSeconds"]
+    linger_s = Settings.from_env(config(documents)).metrics_linger_s
+    assert isinstance(deadline_s, int) and deadline_s > 10 * 60 + linger_s
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    # After its run the producer serves /metrics until scraped once: a probe would end that.
+    assert not {"readinessProbe", "livenessProbe", "startupProbe"} & set(container)
+    assert job["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
 
 
 def test_keda_scales_the_worker_deployment_on_the_work_queues(documents: list[dict[str, Any]]) -> None:
@@ -174,11 +203,27 @@ def test_keda_scales_the_worker_deployment_on_the_work_queues(documents: list[di
     for trigger in scaled["triggers"]:
         assert trigger["type"] == "rabbitmq"
         assert trigger["metadata"]["mode"] == "QueueLength" and int(trigger["metadata"]["value"]) > 0
+
+
+def test_keda_counts_ready_and_unacknowledged_messages(documents: list[dict[str, Any]]) -> None:
+    """Over AMQP KEDA sees only ready messages; the management API's count includes the ones
+    each worker holds unacknowledged (its prefetch), so the scaler sees the whole load."""
+    settings = Settings.from_env(config(documents))
+    prefetch = 2 * settings.fetch_concurrency  # shared/consumer.py: basic_qos
+    for trigger in one(documents, "ScaledObject")["spec"]["triggers"]:
+        metadata = trigger["metadata"]
+        assert metadata["protocol"] == "http"
+        assert metadata.get("excludeUnacknowledged", "false") == "false"
+        assert metadata["host"] == settings.rabbitmq_management_url + "/"
+        assert metadata["vhostName"] == "/"
+        # One worker's own prefetch must not call for a second worker.
+        assert int(metadata["value"]) > prefetch, metadata["queueName"]
         auth = one(documents, "TriggerAuthentication", trigger["authenticationRef"]["name"])
-        (host,) = auth["spec"]["secretTargetRef"]
-        assert host["parameter"] == "host"
-        assert host["name"] == one(documents, "Secret")["metadata"]["name"]
-        assert host["key"] in secret_keys(documents)
+        refs = {ref["parameter"]: ref for ref in auth["spec"]["secretTargetRef"]}
+        assert set(refs) == {"username", "password"}
+        for parameter, ref in refs.items():  # the user the RabbitMQ cluster operator keeps
+            cluster = one(documents, "RabbitmqCluster")["metadata"]["name"]
+            assert (ref["name"], ref["key"]) == (f"{cluster}-default-user", parameter)
 
 
 def test_rabbitmq_is_a_three_node_operator_cluster(documents: list[dict[str, Any]]) -> None:
