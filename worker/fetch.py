@@ -1,7 +1,10 @@
 """Fetch one URL over HTTP(S) with requests, following redirects ourselves.
 
 Redirects are followed here rather than by requests so that every hop passes through
-`check_url` (the place for an SSRF guard) and counts against one overall deadline.
+`check_url` (the place for an SSRF guard) and counts against one overall deadline. The deadline
+(`FETCH_DEADLINE_S`) covers connecting, the headers and the body: the guarded session's
+connections wait on no socket past it (shared/deadline.py), so a server dripping its headers
+ends as a `timeout` like one dripping its body.
 requests and urllib3 errors are translated into TransientError / PermanentError in
 `_translate_errors` and nowhere else. HTTP statuses are judged by the pure function `classify`;
 429 and 503 become Throttled, carrying the Retry-After delay for the domain's shared pause.
@@ -29,6 +32,7 @@ import requests
 import requests.exceptions
 import urllib3.exceptions
 
+from shared.deadline import fetch_deadline
 from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
 from worker.parse import decode_html
@@ -277,6 +281,20 @@ class Fetcher:
         """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
         started = time.monotonic()
         deadline = started + self._settings.fetch_deadline_s
+        with fetch_deadline(deadline):  # every hop's connect and reads, headers included
+            return self._request(url, headers, proxy, judge, max_bytes, truncate, started, deadline)
+
+    def _request(
+        self,
+        url: str,
+        headers: dict[str, str],
+        proxy: str | None,
+        judge: Judge,
+        max_bytes: int,
+        truncate: bool,
+        started: float,
+        deadline: float,
+    ) -> FetchResult:
         current = url
         visited = {url}
         for redirects in range(self._settings.max_redirects + 1):
