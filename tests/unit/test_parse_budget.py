@@ -1,0 +1,118 @@
+"""The parse budget: nodes, depth and time a page may cost (worker/html_builder.py, parse.py)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from shared.errors import ConfigError, PermanentError
+from shared.settings import Settings
+from worker.html_builder import ParseBudget, ParseLimitExceeded, new_soup
+from worker.parse import parse_budget, parse_page
+
+pytestmark = pytest.mark.unit
+
+URL = "http://x.example/"
+
+
+def refusal(html: str, budget: ParseBudget) -> str:
+    with pytest.raises(PermanentError) as caught:
+        parse_page(html, URL, budget=budget)
+    assert caught.value.reason == "parse_limit"
+    return caught.value.detail
+
+
+def nested(depth: int) -> str:
+    return "<div>" * depth + "<a href='/in'>in</a>" + "</div>" * depth
+
+
+def test_nesting_up_to_the_depth_budget_is_read() -> None:
+    # lxml adds <html> and <body> around the divs: 2 + 47 + the <a> make 50.
+    page = parse_page(nested(47), URL, budget=ParseBudget(max_depth=50))
+    assert page.links == ("http://x.example/in",)
+
+
+def test_nesting_past_the_depth_budget_is_a_parse_limit() -> None:
+    assert "nested deeper than 50 elements" in refusal(nested(48), ParseBudget(max_depth=50))
+
+
+@pytest.mark.parametrize(
+    ("what", "html"),
+    [
+        ("elements", "<p></p>" * 60),
+        ("strings", "<b>x</b>y" * 40),
+        ("attributes", "<p " + " ".join(f"a{i}=x" for i in range(100)) + ">"),
+        ("comments", "<!-- c -->" * 100),
+    ],
+)
+def test_every_kind_of_node_counts_against_the_node_budget(what: str, html: str) -> None:
+    assert "more than 50 nodes" in refusal(html, ParseBudget(max_nodes=50)), what
+
+
+def test_a_page_within_the_node_budget_is_read_whole() -> None:
+    html = "<html><head><title>t</title></head><body>" + "<p><a href='/x'>x</a></p>" * 10 + "</body></html>"
+    # html, head, title, "t", body, and 10 x (p, a, href, "x"): 45 nodes.
+    page = parse_page(html, URL, budget=ParseBudget(max_nodes=45))
+    assert page.title == "t" and page.links == ("http://x.example/x",)
+    assert "more than 44 nodes" in refusal(html, ParseBudget(max_nodes=44))
+
+
+def test_a_page_far_past_the_node_budget_is_refused_before_it_is_built() -> None:
+    assert "801 '<' characters, for at most 200 nodes" in refusal("<a>" * 801, ParseBudget(max_nodes=200))
+    # At four '<' per node allowed it is left to the count made while building.
+    assert "more than 200 nodes" in refusal("<a>" * 800, ParseBudget(max_nodes=200))
+
+
+class SteppingClock:
+    """Each reading is one second after the last."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        self.readings += 1
+        return self.now
+
+
+def test_a_parse_past_its_deadline_stops() -> None:
+    clock = SteppingClock()
+    html = "<p>x</p>" * 5_000  # 10,000 nodes: the clock is read every 1,024
+    with pytest.raises(ParseLimitExceeded, match="took longer than 3 s"):
+        new_soup(html, budget=ParseBudget(deadline_s=3.0), clock=clock)
+    assert clock.readings == 5  # the start, then one every 1,024 nodes until past 3 s
+
+
+def test_a_stopped_parse_leaves_no_tree_for_the_garbage_collector() -> None:
+    # A part-built tree is cyclic: without being taken apart it waits in memory for a full
+    # collection. Stopped at 20,000 nodes, what is left for the collector is a handful of objects.
+    gc.collect()
+    gc.disable()
+    try:
+        refusal("<p>x</p>" * 20_000, ParseBudget(max_nodes=20_000))
+        assert gc.collect() < 1_000
+    finally:
+        gc.enable()
+
+
+def test_the_builder_parses_the_next_page_after_a_refused_one() -> None:
+    refusal("<p>x</p>" * 100, ParseBudget(max_nodes=50))
+    refusal(nested(60), ParseBudget(max_depth=50))
+    page = parse_page("<title>next</title><a href='/n'>n</a>", URL, budget=ParseBudget(max_nodes=50))
+    assert page.title == "next" and page.links == ("http://x.example/n",)
+
+
+def test_the_budget_comes_from_the_settings() -> None:
+    settings = Settings.from_env({"PARSE_MAX_NODES": "7", "PARSE_MAX_DEPTH": "8", "PARSE_DEADLINE_S": "0.5"})
+    assert parse_budget(settings) == ParseBudget(max_nodes=7, max_depth=8, deadline_s=0.5)
+    assert parse_budget(Settings()) == ParseBudget()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("PARSE_MAX_NODES", "0"), ("PARSE_MAX_DEPTH", "-1"), ("PARSE_DEADLINE_S", "0")]
+)
+def test_a_budget_that_allows_nothing_is_a_config_error(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({name: value})
