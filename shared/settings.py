@@ -52,7 +52,7 @@ class Settings:
     max_body_bytes: int = 5_000_000
     max_redirects: int = 5
     # What parsing one page may cost (docs/SECURITY.md); past it the page is dead, `parse_limit`.
-    parse_max_nodes: int = 100_000  # elements + attributes + strings + comments
+    parse_max_nodes: int = 75_000  # elements + attributes + strings + comments
     parse_max_depth: int = 512  # elements open at once
     parse_deadline_s: float = 5.0
     # Address guard (docs/SECURITY.md): refuse loopback, private, link-local and other internal

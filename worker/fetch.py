@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import http.cookiejar
+import io
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ import urllib3.exceptions
 from shared.deadline import fetch_deadline
 from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
+from worker.html_builder import ParseBudget
 from worker.parse import decode_html
 from worker.politeness import Throttled, parse_retry_after
 from worker.proxies import ProxyFailed, without_credentials
@@ -193,29 +195,42 @@ def _remaining_s(deadline: float, url: str) -> float:
 
 
 def _read_body(
-    response: requests.Response, max_bytes: int, deadline: float, url: str, truncate: bool = False
+    response: requests.Response,
+    max_bytes: int,
+    deadline: float,
+    url: str,
+    truncate: bool = False,
+    max_tags: int | None = None,
 ) -> bytes:
     """The decoded body, refused past `max_bytes` (after decompression) or past the deadline;
-    with `truncate`, cut at `max_bytes` instead of refused."""
+    with `truncate`, cut at `max_bytes` instead of refused. With `max_tags`, a body with more
+    '<' than that is refused as `parse_limit` as soon as they arrive, before it is all read."""
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > max_bytes and not truncate:
         raise PermanentError("too_large", f"Content-Length {declared} > {max_bytes}")
-    chunks: list[bytes] = []
-    size = 0
+    # A BytesIO grows one buffer in place and hands that same buffer out at the end: a list of
+    # chunks joined at the end held every body twice over for a moment, and a worker holds the
+    # bodies of all its fetches in flight.
+    body = io.BytesIO()
+    size = tags = 0
     while True:
         _remaining_s(deadline, url)
         # read1 returns whatever one socket read brings; read() would wait for a full chunk,
         # so a server dripping a byte at a time could hold us far past the deadline.
         chunk = response.raw.read1(_READ_CHUNK_BYTES, decode_content=True)
         if not chunk:
-            return b"".join(chunks)
+            return body.getvalue()
         size += len(chunk)
         if size > max_bytes:
             if truncate:
-                chunks.append(chunk)
-                return b"".join(chunks)[:max_bytes]
+                body.write(chunk[: len(chunk) - (size - max_bytes)])
+                return body.getvalue()
             raise PermanentError("too_large", f"body over {max_bytes} bytes")
-        chunks.append(chunk)
+        if max_tags is not None:
+            tags += chunk.count(b"<")  # about a millisecond per megabyte
+            if tags > max_tags:
+                raise PermanentError("parse_limit", f"{url}: over {max_tags} '<' in its first {size} bytes")
+        body.write(chunk)
 
 
 Judge = Callable[[requests.Response, bool], Verdict]
@@ -243,6 +258,9 @@ class Fetcher:
         check_url: UrlCheck = allow_any_url,
     ) -> None:
         self._settings = settings
+        # A page that cannot fit the parse budget (worker/html_builder.py) is refused while it
+        # arrives, so that it holds neither the memory of its whole body nor a parse.
+        self._max_tags = ParseBudget(settings.parse_max_nodes).max_tags
         self._check_url = check_url
         self._session = session_factory()
         self._session.headers["User-Agent"] = settings.user_agent
@@ -267,7 +285,9 @@ class Fetcher:
         # The validators belong to the resource at the end of the chain; sending them on
         # every hop is harmless, since redirect responses do not answer conditionals.
         headers = validators.headers() if validators else {}
-        return self.request(url, headers, proxy, judge_page, self._settings.max_body_bytes)
+        return self.request(
+            url, headers, proxy, judge_page, self._settings.max_body_bytes, max_tags=self._max_tags
+        )
 
     def request(
         self,
@@ -277,12 +297,13 @@ class Fetcher:
         judge: Judge,
         max_bytes: int,
         truncate: bool = False,
+        max_tags: int | None = None,
     ) -> FetchResult:
         """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
         started = time.monotonic()
         deadline = started + self._settings.fetch_deadline_s
         with fetch_deadline(deadline):  # every hop's connect and reads, headers included
-            return self._request(url, headers, proxy, judge, max_bytes, truncate, started, deadline)
+            return self._request(url, headers, proxy, judge, max_bytes, truncate, max_tags, started, deadline)
 
     def _request(
         self,
@@ -292,6 +313,7 @@ class Fetcher:
         judge: Judge,
         max_bytes: int,
         truncate: bool,
+        max_tags: int | None,
         started: float,
         deadline: float,
     ) -> FetchResult:
@@ -311,7 +333,7 @@ class Fetcher:
                 if verdict is not Verdict.REDIRECT:
                     body = b""
                     if verdict is Verdict.OK and 200 <= response.status_code < 300:
-                        body = _read_body(response, max_bytes, deadline, url, truncate)
+                        body = _read_body(response, max_bytes, deadline, url, truncate, max_tags)
                     return FetchResult(
                         url=url,
                         final_url=current,

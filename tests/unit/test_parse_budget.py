@@ -8,6 +8,7 @@ import pytest
 
 from shared.errors import ConfigError, PermanentError
 from shared.settings import Settings
+from worker.fetch import _read_body
 from worker.html_builder import ParseBudget, ParseLimitExceeded, new_soup
 from worker.parse import parse_budget, parse_page
 
@@ -116,3 +117,31 @@ def test_the_budget_comes_from_the_settings() -> None:
 def test_a_budget_that_allows_nothing_is_a_config_error(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
         Settings.from_env({name: value})
+
+
+class EndlessTags:
+    """A response whose body is `<a>` without end, read as the fetcher reads it."""
+
+    def __init__(self) -> None:
+        self.headers: dict[str, str] = {}
+        self.raw = self
+        self.bytes_read = 0
+
+    def read1(self, size: int, decode_content: bool = True) -> bytes:
+        chunk = b"<a>" * 1_000
+        self.bytes_read += len(chunk)
+        return chunk
+
+
+def test_a_body_with_more_tags_than_the_budget_allows_is_refused_while_it_arrives() -> None:
+    response = EndlessTags()
+    with pytest.raises(PermanentError) as caught:
+        _read_body(response, 10**9, float("inf"), URL, max_tags=ParseBudget(max_nodes=2_000).max_tags)  # type: ignore[arg-type]
+    assert caught.value.reason == "parse_limit"
+    assert response.bytes_read == 27_000  # 9,000 '<': the first chunk past 8,000, not the byte cap
+
+
+def test_without_a_tag_limit_only_the_byte_cap_ends_a_body() -> None:
+    with pytest.raises(PermanentError) as caught:
+        _read_body(EndlessTags(), 30_000, float("inf"), URL)  # type: ignore[arg-type]
+    assert caught.value.reason == "too_large"
