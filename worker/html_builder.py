@@ -125,7 +125,9 @@ class HtmlTreeBuilder(LXMLTreeBuilder):
         # Node callbacks only add and compare; the limits are looked at when this count is reached.
         self._checkpoint = min(_NODES_PER_CLOCK_READ, budget.max_nodes + 1)
 
-    def _check_budget(self) -> None:
+    def _check_budget(self, depth: int = 0) -> None:
+        if depth > self._max_depth:
+            raise ParseLimitExceeded(f"nested deeper than {self._max_depth} elements")
         if self._nodes > self._budget.max_nodes:
             raise ParseLimitExceeded(f"more than {self._budget.max_nodes} nodes")
         if self._clock() > self._deadline:
@@ -178,11 +180,11 @@ class HtmlTreeBuilder(LXMLTreeBuilder):
         assert soup is not None  # set by the BeautifulSoup that feeds us
         if soup.current_data:
             self._end_string()
-        self._nodes += 1 + len(attrib)
-        if self._nodes >= self._checkpoint:
-            self._check_budget()
-        if len(soup.tagStack) > self._max_depth:  # the soup itself is at the bottom
-            raise ParseLimitExceeded(f"nested deeper than {self._budget.max_depth} elements")
+        # The budget costs one addition and two comparisons a tag (the soup is at the stack's bottom).
+        stack = soup.tagStack
+        nodes = self._nodes = self._nodes + 1 + len(attrib)
+        if nodes >= self._checkpoint or len(stack) > self._max_depth:
+            self._check_budget(len(stack))
         if attrib:
             if "{" in "".join(attrib):  # <a {urn:x}href=...>: bs4 reads it as a namespaced href
                 super().start(tag, attrib, nsmap or {})
@@ -212,7 +214,7 @@ class HtmlTreeBuilder(LXMLTreeBuilder):
         if tag == "meta":  # <meta charset> and its http-equiv form get a placeholder value
             self.set_up_substitutions(element)
         soup._most_recent_element = element
-        soup.tagStack.append(element)
+        stack.append(element)
         soup.currentTag = element
         soup.open_tag_counter[tag] += 1
         if tag in self.preserve_whitespace_tags:
@@ -271,8 +273,8 @@ class HtmlTreeBuilder(LXMLTreeBuilder):
         """BeautifulSoup.endData for the text between two tags."""
         soup = self.soup
         assert soup is not None
-        self._nodes += 1
-        if self._nodes >= self._checkpoint:
+        nodes = self._nodes = self._nodes + 1
+        if nodes >= self._checkpoint:
             self._check_budget()
         text = "".join(soup.current_data)
         soup.current_data = []
