@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 import requests
 import urllib3.exceptions
 
+from shared.deadline import fetch_deadline
 from shared.errors import TaskError
 from shared.netguard import guarded_session
 from shared.settings import Settings
@@ -66,13 +67,20 @@ class HttpFetcher:
     def __call__(self, url: str) -> bytes:
         started = time.monotonic()
         try:
-            with self._session.get(url, timeout=self._timeout, stream=True) as response:
+            # The deadline bounds every connect and socket read of the guarded session, the
+            # headers' included, on every redirect hop (shared/deadline.py).
+            with (
+                fetch_deadline(started + self._deadline_s),
+                self._session.get(url, timeout=self._timeout, stream=True) as response,
+            ):
                 if response.status_code != 200:
                     raise FetchFailed(f"HTTP {response.status_code}", response.status_code)
                 return self._read_capped(response, started)
         except TaskError as exc:  # the guard's BlockedAddress or InvalidURL, here or on a redirect
             raise FetchFailed(str(exc)) from None
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+            if time.monotonic() - started >= self._deadline_s:
+                raise FetchFailed(f"took longer than {self._deadline_s:.0f} s") from None
             raise FetchFailed(_describe(exc)) from None
 
     def _read_capped(self, response: requests.Response, started: float) -> bytes:

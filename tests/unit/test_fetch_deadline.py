@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from producer.fetch import FetchFailed, HttpFetcher
 from shared.deadline import DeadlineReader, clipped_timeout, current_deadline, fetch_deadline
 from shared.errors import TransientError
 from shared.netguard import guarded_session
@@ -290,3 +291,10 @@ def test_the_fetcher_works_again_after_a_deadline(drip: DripServer, fetcher: Fet
         fetcher.fetch(drip.url("/drip"))
     for _ in range(3):  # the pooled connection, and its socket's timeout, serve the next fetches
         assert fetcher.fetch(drip.url("/ok")).body == b"<html>ok</html>"
+
+
+def test_the_producer_cuts_dripping_headers_at_its_deadline(drip: DripServer) -> None:
+    settings = dataclasses.replace(SETTINGS, fetch_deadline_s=0.25)  # sitemaps get four times that
+    with HttpFetcher(settings) as fetch, pytest.raises(FetchFailed, match="took longer than 1 s"):
+        fetch(drip.url("/drip"))
+    assert 0 < drip.header_bytes_sent <= 1.0 / drip.interval_s + 2
