@@ -37,6 +37,7 @@ from shared.deadline import fetch_deadline
 from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
 from worker.html_builder import ParseBudget
+from worker.markup_scan import MarkupScan, ParseLimitExceeded
 from worker.parse import decode_html
 from worker.politeness import Throttled, parse_retry_after
 from worker.proxies import ProxyFailed, without_credentials
@@ -200,11 +201,12 @@ def _read_body(
     deadline: float,
     url: str,
     truncate: bool = False,
-    max_tags: int | None = None,
+    budget: ParseBudget | None = None,
 ) -> bytes:
     """The decoded body, refused past `max_bytes` (after decompression) or past the deadline;
-    with `truncate`, cut at `max_bytes` instead of refused. With `max_tags`, a body with more
-    '<' than that is refused as `parse_limit` as soon as they arrive, before it is all read."""
+    with `truncate`, cut at `max_bytes` instead of refused. With a parse `budget`, a body that
+    cannot fit it (worker/markup_scan.py) is refused as `parse_limit` as soon as that shows,
+    before it is all read."""
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > max_bytes and not truncate:
         raise PermanentError("too_large", f"Content-Length {declared} > {max_bytes}")
@@ -212,7 +214,8 @@ def _read_body(
     # chunks joined at the end held every body twice over for a moment, and a worker holds the
     # bodies of all its fetches in flight.
     body = io.BytesIO()
-    size = tags = 0
+    size = 0
+    scan = MarkupScan(budget) if budget is not None else None
     while True:
         _remaining_s(deadline, url)
         # read1 returns whatever one socket read brings; read() would wait for a full chunk,
@@ -226,10 +229,11 @@ def _read_body(
                 body.write(chunk[: len(chunk) - (size - max_bytes)])
                 return body.getvalue()
             raise PermanentError("too_large", f"body over {max_bytes} bytes")
-        if max_tags is not None:
-            tags += chunk.count(b"<")  # about a millisecond per megabyte
-            if tags > max_tags:
-                raise PermanentError("parse_limit", f"{url}: over {max_tags} '<' in its first {size} bytes")
+        if scan is not None:
+            try:
+                scan.feed(chunk)  # about a millisecond per megabyte
+            except ParseLimitExceeded as exc:
+                raise PermanentError("parse_limit", f"{url}: {exc} in its first {size} bytes") from None
         body.write(chunk)
 
 
@@ -260,7 +264,7 @@ class Fetcher:
         self._settings = settings
         # A page that cannot fit the parse budget (worker/html_builder.py) is refused while it
         # arrives, so that it holds neither the memory of its whole body nor a parse.
-        self._max_tags = ParseBudget(settings.parse_max_nodes).max_tags
+        self._parse_budget = ParseBudget(settings.parse_max_nodes)
         self._check_url = check_url
         self._session = session_factory()
         self._session.headers["User-Agent"] = settings.user_agent
@@ -286,7 +290,7 @@ class Fetcher:
         # every hop is harmless, since redirect responses do not answer conditionals.
         headers = validators.headers() if validators else {}
         return self.request(
-            url, headers, proxy, judge_page, self._settings.max_body_bytes, max_tags=self._max_tags
+            url, headers, proxy, judge_page, self._settings.max_body_bytes, budget=self._parse_budget
         )
 
     def request(
@@ -297,13 +301,13 @@ class Fetcher:
         judge: Judge,
         max_bytes: int,
         truncate: bool = False,
-        max_tags: int | None = None,
+        budget: ParseBudget | None = None,
     ) -> FetchResult:
         """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
         started = time.monotonic()
         deadline = started + self._settings.fetch_deadline_s
         with fetch_deadline(deadline):  # every hop's connect and reads, headers included
-            return self._request(url, headers, proxy, judge, max_bytes, truncate, max_tags, started, deadline)
+            return self._request(url, headers, proxy, judge, max_bytes, truncate, budget, started, deadline)
 
     def _request(
         self,
@@ -313,7 +317,7 @@ class Fetcher:
         judge: Judge,
         max_bytes: int,
         truncate: bool,
-        max_tags: int | None,
+        budget: ParseBudget | None,
         started: float,
         deadline: float,
     ) -> FetchResult:
@@ -333,7 +337,7 @@ class Fetcher:
                 if verdict is not Verdict.REDIRECT:
                     body = b""
                     if verdict is Verdict.OK and 200 <= response.status_code < 300:
-                        body = _read_body(response, max_bytes, deadline, url, truncate, max_tags)
+                        body = _read_body(response, max_bytes, deadline, url, truncate, budget)
                     return FetchResult(
                         url=url,
                         final_url=current,

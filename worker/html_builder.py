@@ -36,6 +36,8 @@ from bs4 import BeautifulSoup
 from bs4.builder._lxml import LXMLTreeBuilder
 from bs4.element import NavigableString, Tag
 
+from worker.markup_scan import MarkupScan, ParseLimitExceeded
+
 _new_tag = Tag.__new__
 _new_string = str.__new__  # NavigableString.__new__ without its setup(), done here instead
 _ASCII_SPACES = BeautifulSoup.ASCII_SPACES  # what bs4 collapses a blank string to one space of
@@ -52,26 +54,19 @@ class ParseBudget:
     max_nodes: int = 75_000  # elements + attributes + strings + comments
     max_depth: int = 512  # open elements at once, as browsers cap nesting
     deadline_s: float = 5.0
+    max_tag_bytes: int = 1024 * 1024  # from a '<' to its '>' (worker/markup_scan.py)
 
     @property
-    def max_tags(self) -> int:
-        """The most '<' a page within the budget is let have. Every element and comment starts
-        at one, so far more of them than nodes means far more nodes; real pages have about one
-        '<' per node (at most 0.99 over 1,168 documentation pages of 50-500 KB)."""
+    def max_marks(self) -> int:
+        """The most '<' and '=' a page within the budget is let have (worker/markup_scan.py)."""
         return 4 * self.max_nodes
 
     def refuse_early(self, markup: str) -> None:
-        """Refuse a page that cannot fit, before building anything (see max_tags)."""
-        tags = markup.count("<")
-        if tags > self.max_tags:
-            raise ParseLimitExceeded(f"{tags} '<' characters, for at most {self.max_nodes} nodes")
+        """Refuse a page that cannot fit, before building anything (worker/markup_scan.py)."""
+        MarkupScan(self).scan_text(markup)
 
 
-UNLIMITED = ParseBudget(max_nodes=sys.maxsize, max_depth=sys.maxsize, deadline_s=float("inf"))
-
-
-class ParseLimitExceeded(Exception):
-    """A page went past its ParseBudget; the message says which limit."""
+UNLIMITED = ParseBudget(sys.maxsize, sys.maxsize, float("inf"), sys.maxsize)
 
 
 def new_soup(

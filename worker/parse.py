@@ -19,7 +19,8 @@ from bs4.element import CData, NavigableString
 
 from shared.errors import PermanentError
 from shared.settings import Settings
-from worker.html_builder import ParseBudget, ParseLimitExceeded, new_soup
+from worker.html_builder import ParseBudget, new_soup
+from worker.markup_scan import ParseLimitExceeded
 
 MAX_TEXT_CHARS = 100_000
 MAX_LINKS = 1_000

@@ -11,7 +11,8 @@
     /links.html                 1,000,000 links (17.9 MB; needs MAX_BODY_BYTES raised)
     /links-fewer.html           399,000 links (7.1 MB)
     /many-attributes.html       one tag with 200,000 attributes (1.9 MB)
-    /huge-attribute.html        one attribute value of 4 MB
+    /huge-attribute.html        one attribute value of 4 MB (a tag longer than the 1 MiB allowed)
+    /big-attribute.html         one attribute value of 512 KB, as a large inline image would be
     /gzip-bomb.html             Content-Encoding: gzip, 100 MB of zeros in 97 KB
     /redirect/<n>.html          a redirect to /redirect/<n+1>.html, endlessly
     /bad-utf8.html              labelled UTF-8, full of bytes that are not
@@ -62,6 +63,13 @@ def _fixed_pages() -> dict[str, tuple[str, bytes, dict[str, str]]]:
             b"<html><head><title>big</title></head><body><div title='"
             + b"a" * 4_000_000
             + b"'>x</div></body></html>",
+            {},
+        ),
+        "/big-attribute.html": (
+            HTML,
+            b"<html><head><title>big</title></head><body><img src='data:,"
+            + b"a" * 512_000
+            + b"'><p>x</p></body></html>",
             {},
         ),
         "/gzip-bomb.html": (HTML, gzip.compress(b"\0" * 100_000_000, 9), {"Content-Encoding": "gzip"}),

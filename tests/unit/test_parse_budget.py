@@ -9,7 +9,8 @@ import pytest
 from shared.errors import ConfigError, PermanentError
 from shared.settings import Settings
 from worker.fetch import _read_body
-from worker.html_builder import ParseBudget, ParseLimitExceeded, new_soup
+from worker.html_builder import ParseBudget, new_soup
+from worker.markup_scan import MarkupScan, ParseLimitExceeded
 from worker.parse import parse_budget, parse_page
 
 pytestmark = pytest.mark.unit
@@ -60,7 +61,7 @@ def test_a_page_within_the_node_budget_is_read_whole() -> None:
 
 
 def test_a_page_far_past_the_node_budget_is_refused_before_it_is_built() -> None:
-    assert "801 '<' characters, for at most 200 nodes" in refusal("<a>" * 801, ParseBudget(max_nodes=200))
+    assert "over 800 '<' and '=', for at most 200 nodes" in refusal("<a>" * 801, ParseBudget(max_nodes=200))
     # At four '<' per node allowed it is left to the count made while building.
     assert "more than 200 nodes" in refusal("<a>" * 800, ParseBudget(max_nodes=200))
 
@@ -136,12 +137,38 @@ class EndlessTags:
 def test_a_body_with_more_tags_than_the_budget_allows_is_refused_while_it_arrives() -> None:
     response = EndlessTags()
     with pytest.raises(PermanentError) as caught:
-        _read_body(response, 10**9, float("inf"), URL, max_tags=ParseBudget(max_nodes=2_000).max_tags)  # type: ignore[arg-type]
+        _read_body(response, 10**9, float("inf"), URL, budget=ParseBudget(max_nodes=2_000))  # type: ignore[arg-type]
     assert caught.value.reason == "parse_limit"
     assert response.bytes_read == 27_000  # 9,000 '<': the first chunk past 8,000, not the byte cap
+
+    assert "'<' and '='" in str(caught.value)
 
 
 def test_without_a_tag_limit_only_the_byte_cap_ends_a_body() -> None:
     with pytest.raises(PermanentError) as caught:
         _read_body(EndlessTags(), 30_000, float("inf"), URL)  # type: ignore[arg-type]
     assert caught.value.reason == "too_large"
+
+
+def test_a_tag_longer_than_the_budget_is_refused_before_lxml_gathers_its_attributes() -> None:
+    # Tags are measured across the 64 K pieces text is scanned in, so the limit is well above that.
+    attributes = " ".join(f"a{i}=x" for i in range(20_000))  # 168 KB in one tag
+    budget = ParseBudget(max_tag_bytes=100_000)
+    assert "a tag longer than 100000 characters" in refusal(f"<p {attributes}>x</p>", budget)
+    # Long text between tags is no tag.
+    assert parse_page("<p>" + "x" * 200_000 + "</p>", URL, budget=budget).text == "x" * 100_000
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096])
+def test_a_tag_is_measured_across_the_pieces_it_arrives_in(piece: int) -> None:
+    body = b"<html><body><p>text</p><img src='data:," + b"a" * 9_000 + b"'></body></html>"
+    within, beyond = (
+        MarkupScan(ParseBudget(max_tag_bytes=9_100)),
+        MarkupScan(ParseBudget(max_tag_bytes=8_999)),
+    )
+    for start in range(0, len(body), piece):
+        within.feed(body[start : start + piece])
+    with pytest.raises(ParseLimitExceeded, match="a tag longer than 8999"):
+        for start in range(0, len(body), piece):
+            beyond.feed(body[start : start + piece])
+    assert within.marks == 7 + 1  # the '<' of seven tags and the '=' of one attribute
