@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 import requests
 import urllib3.exceptions
 
+from shared.deadline import fetch_deadline
 from shared.errors import TaskError
 from shared.netguard import guarded_session
 from shared.settings import Settings
@@ -95,7 +96,12 @@ class HttpFetcher:
         started = time.monotonic()
         via = {"http": proxy.url, "https": proxy.url} if proxy is not None else None
         try:
-            with self._session.get(url, timeout=self._timeout, stream=True, proxies=via) as response:
+            # The deadline bounds every connect and socket read of the guarded session, the
+            # headers' included, on every redirect hop (shared/deadline.py).
+            with (
+                fetch_deadline(started + self._deadline_s),
+                self._session.get(url, timeout=self._timeout, stream=True, proxies=via) as response,
+            ):
                 if proxy is not None and response.status_code == 407:
                     raise ProxyFailed("proxy_error", "407 Proxy Authentication Required", 407)
                 if response.status_code != 200:
@@ -112,6 +118,8 @@ class HttpFetcher:
                 raise ProxyFailed("proxy_error", without_credentials(str(exc))) from None
             raise FetchFailed(_describe(exc)) from None
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+            if time.monotonic() - started >= self._deadline_s:
+                raise FetchFailed(f"took longer than {self._deadline_s:.0f} s") from None
             raise FetchFailed(without_credentials(_describe(exc))) from None
 
     def _read_capped(self, response: requests.Response, started: float) -> bytes:

@@ -40,6 +40,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.connection import create_connection
 
+from shared.deadline import DeadlineHTTPResponse, clipped_timeout, current_deadline
 from shared.errors import BlockedAddress, ConfigError
 from shared.urls import DEFAULT_PORTS, InvalidURL, ipv4_literal
 
@@ -305,14 +306,18 @@ class _Connector:
         """What urllib3's HTTPConnection._new_conn does, with the addresses chosen by the guard
         and its errors translated the same way."""
         host, port = connection.host, connection.port
+        deadline = current_deadline()  # of the fetch this connection is made for (shared/deadline.py)
         try:
             addresses = self.guard.addresses_for(host, port)
             error: OSError = OSError(f"no address to connect to for {host}")
             for address in addresses:
                 target = (str(address), port)
+                # Each attempt waits at most until the deadline; the socket keeps that timeout
+                # for the TLS handshake, which Python bounds as a whole.
+                timeout = clipped_timeout(connection.timeout, deadline)
                 try:
                     return self.open_socket(
-                        target, connection.timeout, connection.source_address, connection.socket_options
+                        target, timeout, connection.source_address, connection.socket_options
                     )
                 except OSError as exc:
                     error = exc
@@ -326,6 +331,9 @@ class _Connector:
 
 
 class _GuardedHTTPConnection(HTTPConnection):
+    # Its reads (headers and body) end at the fetch's deadline, not only each within a timeout.
+    response_class = DeadlineHTTPResponse
+
     def __init__(self, *args: Any, connector: _Connector, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._connector = connector
@@ -336,6 +344,8 @@ class _GuardedHTTPConnection(HTTPConnection):
 
 class _GuardedHTTPSConnection(HTTPSConnection):
     # TLS is set up by HTTPSConnection.connect over the socket made here, for the host name.
+    response_class = DeadlineHTTPResponse
+
     def __init__(self, *args: Any, connector: _Connector, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._connector = connector

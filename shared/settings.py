@@ -51,6 +51,10 @@ class Settings:
     fetch_deadline_s: float = 30.0  # whole fetch, body included
     max_body_bytes: int = 5_000_000
     max_redirects: int = 5
+    # What parsing one page may cost (docs/SECURITY.md); past it the page is dead, `parse_limit`.
+    parse_max_nodes: int = 75_000  # elements + attributes + strings + comments
+    parse_max_depth: int = 512  # elements open at once
+    parse_deadline_s: float = 5.0
     # Address guard (docs/SECURITY.md): refuse loopback, private, link-local and other internal
     # addresses, except the comma-separated CIDR networks and host names allowed here.
     block_private_addresses: bool = True
@@ -125,6 +129,8 @@ class Settings:
             "max_redirects",
             "max_body_bytes",
             "publish_batch_size",
+            "parse_max_nodes",
+            "parse_max_depth",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.upper()}: must be at least 1")
@@ -132,7 +138,7 @@ class Settings:
             raise ConfigError(f"RATE_LIMIT_RPS: must be positive, got {self.rate_limit_rps}")
         if self.max_concurrent_per_domain < 1 or self.proxy_max_failures < 1:
             raise ConfigError("MAX_CONCURRENT_PER_DOMAIN and PROXY_MAX_FAILURES: must be at least 1")
-        for name in ("robots_ttl_s", "proxy_bench_s", "max_domain_pause_s"):
+        for name in ("robots_ttl_s", "proxy_bench_s", "max_domain_pause_s", "parse_deadline_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name.upper()}: must be positive")
         if self.host_spread_window < 0:

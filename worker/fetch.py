@@ -1,7 +1,10 @@
 """Fetch one URL over HTTP(S) with requests, following redirects ourselves.
 
 Redirects are followed here rather than by requests so that every hop passes through
-`check_url` (the place for an SSRF guard) and counts against one overall deadline.
+`check_url` (the place for an SSRF guard) and counts against one overall deadline. The deadline
+(`FETCH_DEADLINE_S`) covers connecting, the headers and the body: the guarded session's
+connections wait on no socket past it (shared/deadline.py), so a server dripping its headers
+ends as a `timeout` like one dripping its body.
 requests and urllib3 errors are translated into TransientError / PermanentError in
 `_translate_errors` and nowhere else. HTTP statuses are judged by the pure function `classify`;
 429 and 503 become Throttled, carrying the Retry-After delay for the domain's shared pause.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import http.cookiejar
+import io
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -29,8 +33,11 @@ import requests
 import requests.exceptions
 import urllib3.exceptions
 
+from shared.deadline import fetch_deadline
 from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
+from worker.html_builder import ParseBudget
+from worker.markup_scan import MarkupScan, ParseLimitExceeded
 from worker.parse import decode_html
 from worker.politeness import Throttled, parse_retry_after
 from worker.proxies import ProxyFailed, without_credentials
@@ -189,29 +196,45 @@ def _remaining_s(deadline: float, url: str) -> float:
 
 
 def _read_body(
-    response: requests.Response, max_bytes: int, deadline: float, url: str, truncate: bool = False
+    response: requests.Response,
+    max_bytes: int,
+    deadline: float,
+    url: str,
+    truncate: bool = False,
+    budget: ParseBudget | None = None,
 ) -> bytes:
     """The decoded body, refused past `max_bytes` (after decompression) or past the deadline;
-    with `truncate`, cut at `max_bytes` instead of refused."""
+    with `truncate`, cut at `max_bytes` instead of refused. With a parse `budget`, a body that
+    cannot fit it (worker/markup_scan.py) is refused as `parse_limit` as soon as that shows,
+    before it is all read."""
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > max_bytes and not truncate:
         raise PermanentError("too_large", f"Content-Length {declared} > {max_bytes}")
-    chunks: list[bytes] = []
+    # A BytesIO grows one buffer in place and hands that same buffer out at the end: a list of
+    # chunks joined at the end held every body twice over for a moment, and a worker holds the
+    # bodies of all its fetches in flight.
+    body = io.BytesIO()
     size = 0
+    scan = MarkupScan(budget) if budget is not None else None
     while True:
         _remaining_s(deadline, url)
         # read1 returns whatever one socket read brings; read() would wait for a full chunk,
         # so a server dripping a byte at a time could hold us far past the deadline.
         chunk = response.raw.read1(_READ_CHUNK_BYTES, decode_content=True)
         if not chunk:
-            return b"".join(chunks)
+            return body.getvalue()
         size += len(chunk)
         if size > max_bytes:
             if truncate:
-                chunks.append(chunk)
-                return b"".join(chunks)[:max_bytes]
+                body.write(chunk[: len(chunk) - (size - max_bytes)])
+                return body.getvalue()
             raise PermanentError("too_large", f"body over {max_bytes} bytes")
-        chunks.append(chunk)
+        if scan is not None:
+            try:
+                scan.feed(chunk)  # about a millisecond per megabyte
+            except ParseLimitExceeded as exc:
+                raise PermanentError("parse_limit", f"{url}: {exc} in its first {size} bytes") from None
+        body.write(chunk)
 
 
 Judge = Callable[[requests.Response, bool], Verdict]
@@ -239,6 +262,9 @@ class Fetcher:
         check_url: UrlCheck = allow_any_url,
     ) -> None:
         self._settings = settings
+        # A page that cannot fit the parse budget (worker/html_builder.py) is refused while it
+        # arrives, so that it holds neither the memory of its whole body nor a parse.
+        self._parse_budget = ParseBudget(settings.parse_max_nodes)
         self._check_url = check_url
         self._session = session_factory()
         self._session.headers["User-Agent"] = settings.user_agent
@@ -263,7 +289,9 @@ class Fetcher:
         # The validators belong to the resource at the end of the chain; sending them on
         # every hop is harmless, since redirect responses do not answer conditionals.
         headers = validators.headers() if validators else {}
-        return self.request(url, headers, proxy, judge_page, self._settings.max_body_bytes)
+        return self.request(
+            url, headers, proxy, judge_page, self._settings.max_body_bytes, budget=self._parse_budget
+        )
 
     def request(
         self,
@@ -273,10 +301,26 @@ class Fetcher:
         judge: Judge,
         max_bytes: int,
         truncate: bool = False,
+        budget: ParseBudget | None = None,
     ) -> FetchResult:
         """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
         started = time.monotonic()
         deadline = started + self._settings.fetch_deadline_s
+        with fetch_deadline(deadline):  # every hop's connect and reads, headers included
+            return self._request(url, headers, proxy, judge, max_bytes, truncate, budget, started, deadline)
+
+    def _request(
+        self,
+        url: str,
+        headers: dict[str, str],
+        proxy: str | None,
+        judge: Judge,
+        max_bytes: int,
+        truncate: bool,
+        budget: ParseBudget | None,
+        started: float,
+        deadline: float,
+    ) -> FetchResult:
         current = url
         visited = {url}
         for redirects in range(self._settings.max_redirects + 1):
@@ -293,7 +337,7 @@ class Fetcher:
                 if verdict is not Verdict.REDIRECT:
                     body = b""
                     if verdict is Verdict.OK and 200 <= response.status_code < 300:
-                        body = _read_body(response, max_bytes, deadline, url, truncate)
+                        body = _read_body(response, max_bytes, deadline, url, truncate, budget)
                     return FetchResult(
                         url=url,
                         final_url=current,

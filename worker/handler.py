@@ -45,7 +45,7 @@ from shared.topology import (
 )
 from shared.urls import domain_of
 from worker.html_builder import new_soup
-from worker.parse import ParsedPage, decode_html, parse_page
+from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
 from worker.poison import DeliveryLimit
 from worker.politeness import TryLater
 from worker.profiles import Profiles
@@ -137,6 +137,8 @@ class CrawlHandler:
         # to a 69 MB peak, with less CPU per page. A plain lock, not a Semaphore: that one is
         # Python code around a Condition, and its wake-ups showed up in the profile.
         self._parse_lock = threading.Lock()
+        # Bounds how long one page holds that lock, and what it costs (docs/SECURITY.md).
+        self._parse_budget = parse_budget(self.settings)
 
     def __call__(self, delivery: Delivery) -> Outcome:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
@@ -190,7 +192,7 @@ class CrawlHandler:
         response = self._response_for(task.url, rules)
         with self._parse_lock:
             html = decode_html(response.body, response.content_type)
-            page = parse_page(html, response.final_url)
+            page = parse_page(html, response.final_url, budget=self._parse_budget)
             profile, extracted = self._extract(task.url, html)
         row = self._row(task, response, page, progress, profile, extracted)
         return self._store_later(task, row, response, progress)
@@ -233,7 +235,7 @@ class CrawlHandler:
         if self.profiles.for_url(url) is None:
             return None, {}
         try:
-            return self.profiles.extract(url, new_soup(html))
+            return self.profiles.extract(url, new_soup(html, budget=self._parse_budget))
         except Exception as exc:  # hostile markup can break any parser; the page is still stored
             log.warning("extraction profile failed on %s: %s", url, exc)
             return None, {}

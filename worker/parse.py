@@ -2,7 +2,9 @@
 
 `decode_html` picks the character encoding; `parse_page` extracts fields with BeautifulSoup
 on lxml (through worker/html_builder.py). Any failure inside the parser becomes
-PermanentError('parse_error'): the same bytes would fail the same way on every retry.
+PermanentError('parse_error'): the same bytes would fail the same way on every retry. A page past
+its ParseBudget (nodes, depth, time: PARSE_MAX_NODES, PARSE_MAX_DEPTH, PARSE_DEADLINE_S) becomes
+PermanentError('parse_limit'), and costs no more than that budget (docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from bs4 import BeautifulSoup, Tag
 from bs4.element import CData, NavigableString
 
 from shared.errors import PermanentError
-from worker.html_builder import new_soup
+from shared.settings import Settings
+from worker.html_builder import ParseBudget, new_soup
+from worker.markup_scan import ParseLimitExceeded
 
 MAX_TEXT_CHARS = 100_000
 MAX_LINKS = 1_000
+DEFAULT_BUDGET = ParseBudget()
 
 # Their text is never shown to a reader.
 _INVISIBLE_TAGS = frozenset({"script", "style", "noscript", "template"})
@@ -105,26 +110,37 @@ def _codec(label: str | None) -> str | None:
     return info.name
 
 
+def parse_budget(settings: Settings) -> ParseBudget:
+    return ParseBudget(settings.parse_max_nodes, settings.parse_max_depth, settings.parse_deadline_s)
+
+
 def parse_page(
     html: str | bytes,
     base_url: str,
     *,
     max_text_chars: int = MAX_TEXT_CHARS,
     max_links: int = MAX_LINKS,
+    budget: ParseBudget = DEFAULT_BUDGET,
 ) -> ParsedPage:
-    """Extract the page fields; raise PermanentError('parse_error') if the parser fails."""
+    """Extract the page fields; raise PermanentError('parse_error') if the parser fails, and
+    PermanentError('parse_limit') past the budget."""
     try:
-        return _parse(html, base_url, max_text_chars, max_links)
+        return _parse(html, base_url, max_text_chars, max_links, budget)
+    except ParseLimitExceeded as exc:
+        raise PermanentError("parse_limit", f"{base_url}: {exc}") from None
     except Exception as exc:  # lxml and bs4 fail in many ways on hostile input; all are final
         raise PermanentError("parse_error", f"{base_url}: {type(exc).__name__}: {exc}") from None
 
 
-def _parse(html: str | bytes, base_url: str, max_text_chars: int, max_links: int) -> ParsedPage:
+def _parse(
+    html: str | bytes, base_url: str, max_text_chars: int, max_links: int, budget: ParseBudget
+) -> ParsedPage:
     # No multi-valued attributes: `rel` and `class` stay strings, which saves splitting every
     # class attribute of the page for fields that never read one.
     if isinstance(html, bytes):  # decoded by our rules, which the worker applies to every page
         html = decode_html(html)
-    soup = new_soup(html, multi_valued_attributes=False)
+    budget.refuse_early(html)
+    soup = new_soup(html, multi_valued_attributes=False, budget=budget)
     scan = _Scan()
     scan.walk(soup, _first_body(soup) or soup)
     # A soup is a web of parent and sibling references: dropped as it is, only the cyclic

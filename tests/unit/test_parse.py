@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.html_builder import new_soup
+from worker.html_builder import ParseBudget, new_soup
 from worker.parse import _absolute_http, _first_body, _links, decode_html, parse_page
 
 pytestmark = pytest.mark.unit
@@ -179,7 +179,8 @@ def test_a_charset_naming_a_non_text_codec_is_ignored(label: str) -> None:
 def test_deeply_nested_markup_is_read_without_recursion() -> None:
     depth = 5_000  # far past Python's recursion limit, should the parser keep that much nesting
     html = "<html><body>" + "<div>" * depth + '<a href="/deep">deep</a>' + "</div>" * depth + "</body></html>"
-    page = parse_page(html, "http://x.example/")
+    # A budget that lets it through: the default refuses nesting this deep (test_parse_budget.py).
+    page = parse_page(html, "http://x.example/", budget=ParseBudget(max_depth=depth + 10))
     assert page.links == ("http://x.example/deep",)
     assert page.text == "deep"
 
