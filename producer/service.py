@@ -175,6 +175,7 @@ def summary(run_id: str, counts: Counts, reader: SitemapReader, elapsed_s: float
         "stopped_early": counts.stopped_early,
         "sitemaps_read": reader.sitemaps_read,
         "sitemaps_failed": [{"url": f.url, "error": f.error} for f in reader.failures],
+        "sitemap_warnings": dict(sorted(reader.warnings.items())),
         "elapsed_s": round(elapsed_s, 3),
         "start_workers": START_WORKERS,
     }

@@ -1,4 +1,5 @@
-"""Reading sitemaps: XML urlsets and indexes, gzip, plain text, and robots.txt `Sitemap:` lines.
+"""Reading sitemaps: XML urlsets and indexes, RSS and Atom feeds (producer/feeds.py), gzip,
+plain text, and robots.txt `Sitemap:` lines.
 
 Sitemaps come from strangers, so:
   * the byte cap applies to DECOMPRESSED bytes (a small gzip can inflate to gigabytes);
@@ -8,17 +9,24 @@ Sitemaps come from strangers, so:
     tag are bounded, so no document costs much more memory than one entry;
   * indexes nest only to a bounded depth and each sitemap is read once per run;
   * one broken sitemap is recorded with a one-line reason and the others go on: on any bytes,
-    nothing but SitemapError leaves `parse_sitemap`, and nothing at all leaves SitemapReader.
+    nothing but SitemapError leaves `parse_sitemap`, and nothing at all leaves SitemapReader;
+  * a body with nothing in it (no bytes, whitespace, a lone BOM) or an HTML page (a soft 404)
+    is a failed sitemap, not a sitemap without URLs;
+  * dates are normalised to UTC ISO 8601 (producer/lastmod.py); one that is no date becomes
+    None and is counted among the reader's warnings, as `invalid_lastmod`.
 """
 
 from __future__ import annotations
 
+import collections
 import gzip
 import io
 import logging
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any, NoReturn
 from urllib.parse import urljoin
 from xml.etree.ElementTree import ParseError
 
@@ -26,7 +34,9 @@ import defusedxml
 import defusedxml.ElementTree
 from protego import Protego
 
+from producer.feeds import FEED_ROOTS, FeedBuilder
 from producer.fetch import Fetch, FetchFailed
+from producer.lastmod import normalise_lastmod, normalise_rss_date
 from shared.urls import InvalidURL, canonicalize
 
 log = logging.getLogger(__name__)
@@ -44,6 +54,14 @@ MAX_XML_DEPTH = 32  # sitemaps nest 4 deep, and every open element stays in memo
 # into objects some 30 times their size, so one giant tag must not reach the parser whole.
 MAX_XML_TOKEN_BYTES = 256 * 1024
 MAX_TEXT_LINE_BYTES = 16 * 1024  # far past the longest URL we accept
+# What an HTML page starts with, after an XML declaration and comments if any: a server's
+# "not found" page served with status 200 at a sitemap's URL.
+HTML_START = re.compile(
+    rb"(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*(?:<!doctype\s+html|<html[\s>/]|<head[\s>]|<body[\s>])",
+    re.IGNORECASE | re.DOTALL,
+)
+NOT_A_SITEMAP_HTML = "not a sitemap (HTML page)"
+INVALID_LASTMOD = "invalid_lastmod"
 
 
 @dataclass(slots=True)  # not frozen: made for every URL read, and frozen ones build slowly
@@ -83,6 +101,7 @@ class SitemapReader:
     max_bytes: int
     sitemaps_read: int = 0
     failures: list[SitemapFailure] = field(default_factory=list)
+    warnings: collections.Counter[str] = field(default_factory=collections.Counter)
     _visited: set[str] = field(default_factory=set)
 
     def read_site(self, root_url: str) -> Iterator[SitemapEntry]:
@@ -124,8 +143,9 @@ class SitemapReader:
             self._fail(sitemap_url, str(exc))
             return
         urls = children = 0
+        warnings: collections.Counter[str] = collections.Counter()
         try:
-            for item in parse_sitemap(body, sitemap_url, self.max_bytes):
+            for item in parse_sitemap(body, sitemap_url, self.max_bytes, warnings):
                 if isinstance(item, ChildSitemap):
                     children += 1
                     child = _join(sitemap_url, item.url)
@@ -139,8 +159,15 @@ class SitemapReader:
         except SitemapError as exc:
             self._fail(sitemap_url, f"{exc} (after {urls} URLs)" if urls else str(exc))
             return
+        finally:
+            self._warn(sitemap_url, warnings)
         self.sitemaps_read += 1
         log.info("read sitemap %s: %d URLs, %d child sitemaps", sitemap_url, urls, children)
+
+    def _warn(self, url: str, warnings: collections.Counter[str]) -> None:
+        for what, count in warnings.items():
+            log.warning("sitemap %s: %d entries with %s (taken as none)", url, count, what)
+        self.warnings.update(warnings)
 
     def _fail(self, url: str, error: str) -> None:
         log.warning("sitemap %s failed: %s", url, error)
@@ -155,15 +182,23 @@ def _join(base: str, reference: str) -> str | None:
         return None
 
 
-def parse_sitemap(body: bytes, source: str, max_bytes: int) -> Iterator[SitemapEntry | ChildSitemap]:
-    """Entries of a urlset, children of an index, or lines of a plain-text sitemap.
+def parse_sitemap(
+    body: bytes, source: str, max_bytes: int, warnings: collections.Counter[str] | None = None
+) -> Iterator[SitemapEntry | ChildSitemap]:
+    """Entries of a urlset or a feed, children of an index, or lines of a plain-text sitemap.
 
     gzip is recognised by its magic bytes, not by name: servers and names both lie.
     Raises SitemapError once the document turns out broken; what came before stays yielded.
+    Adds what was dropped from entries (an `invalid_lastmod`) to `warnings`.
     """
     stream = _CappedReader(body, max_bytes)
-    if stream.first_meaningful_byte() == b"<":
-        yield from _parse_xml(stream, source)
+    first = stream.first_meaningful_byte()
+    if not first:
+        raise SitemapError("empty body (nothing but whitespace)")
+    if first == b"<":
+        if HTML_START.match(stream.peeked()):
+            raise SitemapError(NOT_A_SITEMAP_HTML)
+        yield from _parse_xml(stream, source, collections.Counter() if warnings is None else warnings)
     else:
         yield from _parse_text(stream, source)
 
@@ -224,6 +259,11 @@ class _CappedReader:
         self._peeked = head
         return head[:1]
 
+    def peeked(self) -> bytes:
+        """The bytes `first_meaningful_byte` read ahead (at least a chunk, unless the body is
+        shorter), not yet returned by `read`."""
+        return self._peeked
+
 
 def _parse_text(stream: _CappedReader, source: str) -> Iterator[SitemapEntry]:
     pending = b""  # the start of a line not yet ended
@@ -246,11 +286,14 @@ def _parse_text(stream: _CappedReader, source: str) -> Iterator[SitemapEntry]:
             return
 
 
-def _parse_xml(stream: _CappedReader, source: str) -> Iterator[SitemapEntry | ChildSitemap]:
-    builder = _EntryBuilder(source)
+def _parse_xml(
+    stream: _CappedReader, source: str, warnings: collections.Counter[str]
+) -> Iterator[SitemapEntry | ChildSitemap]:
+    builder = _EntryBuilder(source, warnings)
     parser = defusedxml.ElementTree.XMLParser(
         target=builder, forbid_dtd=True, forbid_entities=True, forbid_external=True
     )
+    builder.expat = parser.parser  # a feed's root hands the events over to a FeedBuilder
     # expat calls the builder straight, not through ElementTree's wrappers, which expand every
     # tag name and attribute list into new objects: a sitemap never reads an attribute. The
     # defusing handlers defusedxml set on the same expat parser stay in place.
@@ -291,8 +334,10 @@ class _EntryBuilder:
     counts, as sitemaps in the wild use several namespaces or none.
     """
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, warnings: collections.Counter[str]) -> None:
         self.source = source
+        self.warnings = warnings
+        self.expat: Any = None  # the expat parser feeding this builder, set by the caller
         self.kind = ""  # the root's local name
         self.entries: list[SitemapEntry | ChildSitemap] = []  # made since the caller last took them
         self.events = 0  # starts and ends since the caller last looked
@@ -305,7 +350,7 @@ class _EntryBuilder:
         self._text: list[str] = []  # its text so far
         self._reading = False  # as ElementTree's .text: a field's text ends where a child begins
 
-    def start(self, tag: str, _attributes: list[str]) -> None:
+    def start(self, tag: str, attributes: list[str]) -> None:
         self.events += 1
         self._depth = depth = self._depth + 1
         if depth == 3:  # a field of an entry
@@ -320,7 +365,11 @@ class _EntryBuilder:
             self._fields_seen = 0
         elif depth == 1:
             self.kind = tag.rpartition("}")[2]
-            if self.kind not in ("urlset", "sitemapindex"):
+            if self.kind in FEED_ROOTS:
+                self._read_feed(tag, attributes)
+            elif self.kind.lower() == "html":
+                raise SitemapError(NOT_A_SITEMAP_HTML)
+            elif self.kind not in ("urlset", "sitemapindex"):
                 raise SitemapError(f"not a sitemap (root element <{self.kind[:40]}>)")
         else:
             self._reading = False
@@ -340,7 +389,7 @@ class _EntryBuilder:
                 self._fields[self._field] = "".join(self._text).strip()
                 self._field, self._reading = "", False
         elif depth == 2:
-            entry = _entry(self._entry_name, self._fields, self.kind, self.source)
+            entry = _entry(self._entry_name, self._fields, self.kind, self.source, self.warnings)
             if entry is not None:
                 self.entries.append(entry)
         elif depth == 1:
@@ -349,8 +398,34 @@ class _EntryBuilder:
     def close(self) -> None:
         pass
 
+    def _read_feed(self, root_tag: str, attributes: list[str]) -> None:
+        """From the root on, expat's events go to a FeedBuilder, whose items come back through
+        `add_feed_item`. Swapping expat's handlers costs the urlsets' hot path nothing."""
+        feed = FeedBuilder(self, MAX_XML_DEPTH, MAX_ENTRY_FIELDS)
+        self.expat.StartElementHandler = feed.start
+        self.expat.EndElementHandler = feed.end
+        self.expat.CharacterDataHandler = feed.data
+        self._depth = 0
+        self.events -= 1  # the root's start is counted again by the feed builder
+        feed.start(root_tag, attributes)
 
-def _entry(name: str, fields: dict[str, str], kind: str, source: str) -> SitemapEntry | ChildSitemap | None:
+    def add_feed_item(self, link: str, date: str | None, date_is_rss: bool) -> None:
+        url = _join(self.source, link)
+        if url is not None:
+            lastmod = _date(date or "", self.warnings, rss=date_is_rss)
+            self.entries.append(SitemapEntry(url=url, source=self.source, lastmod=lastmod))
+
+    def nested_too_deep(self) -> NoReturn:
+        raise SitemapError(f"XML nested deeper than {MAX_XML_DEPTH} elements")
+
+
+def _entry(
+    name: str,
+    fields: dict[str, str],
+    kind: str,
+    source: str,
+    warnings: collections.Counter[str] | None = None,
+) -> SitemapEntry | ChildSitemap | None:
     loc = fields.get("loc")
     if not loc:
         return None
@@ -361,11 +436,22 @@ def _entry(name: str, fields: dict[str, str], kind: str, source: str) -> Sitemap
         return SitemapEntry(
             url=loc,
             source=source,
-            lastmod=fields.get("lastmod", "")[:MAX_LASTMOD_CHARS] or None,
+            lastmod=_date(fields.get("lastmod", ""), warnings),
             priority=_priority(fields.get("priority", "")),
             changefreq=changefreq if changefreq in CHANGEFREQS else None,
         )
     return None
+
+
+def _date(text: str, warnings: collections.Counter[str] | None, rss: bool = False) -> str | None:
+    """`text` in UTC ISO 8601; None, counted as a warning, when it is there but is no date."""
+    if not text:
+        return None
+    text = text[:MAX_LASTMOD_CHARS]
+    normal = normalise_rss_date(text) if rss else normalise_lastmod(text)
+    if normal is None and warnings is not None:
+        warnings[INVALID_LASTMOD] += 1
+    return normal
 
 
 def _priority(text: str) -> float | None:
