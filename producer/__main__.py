@@ -7,13 +7,12 @@ import json
 import sys
 from collections.abc import Sequence
 
+from producer.exit_codes import exit_code
 from producer.final_scrape import ScrapeWatch, linger_until_scraped
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
 from shared.metrics import start_metrics_server
 from shared.settings import Settings
-
-EXIT_PUBLISH_FAILED = 1
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -62,6 +61,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="an earlier run of the same site: URLs whose <lastmod> (or <changefreq>) says they "
         "have not changed since that run fetched them are not published again",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 3 when any sitemap could not be read, not only when none could "
+        "(the URLs of those that were read are published all the same)",
+    )
     args = parser.parse_args(argv)
     return Options(
         run_id=args.run_id or new_run_id(),
@@ -70,6 +75,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         url_files=tuple(args.urls),
         routing_file=args.routing,
         recrawl_of=args.recrawl_of,
+        strict=args.strict,
     )
 
 
@@ -84,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(result), flush=True)
     if server is not None:  # a short run would otherwise exit before Prometheus ever read it
         linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)
-    return EXIT_PUBLISH_FAILED if result["publish_failed"] else 0
+    return exit_code(result, options.strict)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ class Options:
     url_files: Sequence[str] = ()
     routing_file: str = ""  # overrides Settings.routing_file
     recrawl_of: str = ""  # an earlier run: publish only what changed since (producer/recrawl.py)
+    strict: bool = False  # any failed sitemap makes the exit code 3 (producer/exit_codes.py)
 
 
 def check_options(options: Options) -> None:
