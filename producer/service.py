@@ -16,6 +16,7 @@ from typing import Any
 
 from producer.dedup import Claim, Dedup, connect_redis, redis_errors
 from producer.fetch import Fetch, HttpFetcher
+from producer.liveness import Heartbeat
 from producer.pipeline import Counts, Pipeline
 from producer.publisher import ConfirmingPublisher
 from producer.recrawl import PreviousRun
@@ -90,8 +91,9 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
     stop = threading.Event()
     previous_run = PreviousRun(settings, options.recrawl_of) if options.recrawl_of else None
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
+    dedup = Dedup(client, Keys(settings.redis_prefix), options.run_id)
     try:
-        with redis_errors(settings), ConfirmingPublisher(settings) as publisher:
+        with redis_errors(settings), Heartbeat(dedup), ConfirmingPublisher(settings) as publisher:
             publisher.start()
             log.info("run %s: publishing; routing rules from %s", options.run_id, router.source)
             pipeline = Pipeline(
@@ -99,7 +101,7 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
                 settings.crawl_namespace,
                 settings.publish_batch_size,
                 router,
-                DedupOverRedis(Dedup(client, Keys(settings.redis_prefix), options.run_id), settings),
+                DedupOverRedis(dedup, settings),
                 publisher,
                 sleep=stop.wait,  # a stop request cuts a pause short
                 should_stop=stop.is_set,
@@ -147,7 +149,7 @@ class DedupOverRedis:
 def stop_on_sigterm(stop: threading.Event) -> Iterator[None]:
     """While inside, SIGTERM sets `stop` instead of killing the process: the pipeline then stops
     reading and settles its batches (confirmed URLs marked seen, the others released), so no
-    URL is left claimed but unpublished until its lease runs out."""
+    URL is left claimed but unpublished."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
@@ -173,6 +175,9 @@ def summary(run_id: str, counts: Counts, reader: SitemapReader, elapsed_s: float
         "not_due": counts.not_due,
         "invalid": dict(sorted(counts.invalid.items())),
         "publish_failed": counts.publish_failed,
+        "taken_over": counts.taken_over,
+        "republished": counts.republished,
+        "left_claimed": counts.left_claimed,
         "stopped_early": counts.stopped_early,
         "sitemaps_read": reader.sitemaps_read,
         "sitemaps_failed": [{"url": f.url, "error": f.error} for f in reader.failures],
