@@ -49,12 +49,15 @@ HEARTBEAT_TTL_MS = 5000
 # Outcomes of a claim, one per fingerprint.
 DUP, NEW, TAKEN, BUSY = 0, 1, 2, 3
 
-# KEYS[i] is the hash of fingerprint i. ARGV[1] is the caller's owner id, ARGV[2] the prefix of
-# heartbeat keys (owner id appended), ARGV[3] the heartbeat's TTL in ms, ARGV[i + 3] field i.
-# Refreshes the caller's own heartbeat. Returns one outcome per fingerprint: NEW and TAKEN are
-# now claimed by the caller; DUP is confirmed or handled, or claimed by the caller already
-# (a repeat); BUSY is claimed by a producer that is alive. Each other owner's heartbeat is
-# looked up once per call. One script call per batch: atomic, one round trip.
+# KEYS[1] is the run's stats hash, KEYS[i + 1] the hash of fingerprint i. ARGV[1] is the
+# caller's owner id, ARGV[2] the prefix of heartbeat keys (owner id appended), ARGV[3] the
+# heartbeat's TTL in ms, ARGV[i + 3] field i. Refreshes the caller's own heartbeat, and counts
+# takeovers in the stats hash as they happen (`taken_over`): a kill -9 cannot lose that count,
+# and no URL reaches the broker more often than once plus its takeovers. Returns one outcome
+# per fingerprint: NEW and TAKEN are now claimed by the caller; DUP is confirmed or handled,
+# or claimed by the caller already (a repeat); BUSY is claimed by a producer that is alive.
+# Each other owner's heartbeat is looked up once per call. One script call per batch: atomic,
+# one round trip.
 CLAIM_SCRIPT = """
 local owner = ARGV[1]
 local mine = 'o:' .. owner
@@ -63,8 +66,10 @@ redis.call('SET', prefix .. owner, '1', 'PX', tonumber(ARGV[3]))
 local now = nil
 local alive = {}
 local result = {}
-for i, key in ipairs(KEYS) do
-  local field = ARGV[i + 3]
+local taken = 0
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  local field = ARGV[i + 2]
   local state = redis.call('HGET', key, field)
   local outcome = 0
   if not state then
@@ -87,7 +92,13 @@ for i, key in ipairs(KEYS) do
   if outcome == 1 or outcome == 2 then
     redis.call('HSET', key, field, mine)
   end
-  result[i] = outcome
+  if outcome == 2 then
+    taken = taken + 1
+  end
+  result[i - 1] = outcome
+end
+if taken > 0 then
+  redis.call('HINCRBY', KEYS[1], 'taken_over', taken)
 end
 return result
 """
@@ -211,7 +222,10 @@ class Dedup:
         if not fingerprints:
             return Claim([], [], self._token)
         keys, fields = self._locate(fingerprints)
-        reply = self._claim(keys=keys, args=[self.owner, self._heartbeat_prefix, HEARTBEAT_TTL_MS, *fields])
+        reply = self._claim(
+            keys=[self._keys.run_stats(self._run_id), *keys],
+            args=[self.owner, self._heartbeat_prefix, HEARTBEAT_TTL_MS, *fields],
+        )
         return Claim(fingerprints, [int(outcome) for outcome in reply], self._token)
 
     def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None:

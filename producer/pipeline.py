@@ -141,7 +141,6 @@ class _InFlight:
     duplicates: int
     invalid: int
     taken: list[bool]  # whether each URL's claim was taken over from a dead producer
-    taken_over: int  # claims taken over in the group, counted with its first batch
 
 
 class Pipeline:
@@ -181,6 +180,7 @@ class Pipeline:
         self._busy: list[_Candidate] = []  # claimed by another producer, alive: to ask again
         self._unmarked: list[bytes] = []  # confirmed, to be marked seen with the next group
         self._unmarked_counters: collections.Counter[str] = collections.Counter()
+        self._marked_at = clock()  # when confirmed URLs were last marked seen
         self._invalid_unreported = 0
         # The same for every task: made once, not per URL.
         self._exchange = work_exchange(namespace)
@@ -251,6 +251,10 @@ class Pipeline:
     def _claim_busy_again(self) -> None:
         """Ask again for the URLs another producer held while it was alive, until each is settled:
         confirmed by it (a duplicate), released by it, or taken over once it is dead."""
+        if self._busy:  # what was published is settled and marked before any wait
+            while self._in_flight:
+                self._complete(self._in_flight.popleft())
+            self._mark_seen()
         while self._busy:
             if self._should_stop():
                 self.counts.left_claimed = len(self._busy)
@@ -311,29 +315,29 @@ class Pipeline:
             # At least one batch, if empty, so that the group's counts are recorded.
             for start in range(0, max(len(new), 1), self._batch_size):
                 batch = new[start : start + self._batch_size]
-                first = start == 0
-                self._submit(
-                    batch,
-                    claim.token,
-                    duplicates if first else 0,
-                    taken[start : start + self._batch_size],
-                    taken_over if first else 0,
-                )
+                group_counts = duplicates if start == 0 else 0
+                self._submit(batch, claim.token, group_counts, taken[start : start + self._batch_size])
                 sent = start + len(batch)
                 while len(self._in_flight) >= BATCHES_IN_FLIGHT:
                     self._complete(self._in_flight.popleft())
+                self._complete_confirmed()
                 self._marks.check()  # a failed mark ends the run here rather than at its end
         finally:
             if sent < len(new):  # the run broke off: what was not sent is given back
                 self._release_now([c.fingerprint for c in new[sent:]], claim.token)
 
+    def _complete_confirmed(self) -> None:
+        """Settle the batches whose confirms are all in, oldest first, without waiting: their
+        URLs are marked seen soon, not only once more batches push them out, so a kill -9
+        leaves few confirmed URLs unmarked (each such URL is published again by the next run)."""
+        while self._in_flight and getattr(self._in_flight[0].outcomes, "done", lambda: False)():
+            self._complete(self._in_flight.popleft())
+
     def _release_now(self, fingerprints: list[bytes], token: bytes) -> None:
         """Give claims back, in order behind the marks already queued, and wait for it."""
         self._marks.call(lambda: self._dedup.release(fingerprints, token)).result()
 
-    def _submit(
-        self, batch: list[_Candidate], token: bytes, duplicates: int, taken: list[bool], taken_over: int
-    ) -> None:
+    def _submit(self, batch: list[_Candidate], token: bytes, duplicates: int, taken: list[bool]) -> None:
         now = self._clock()
         recrawl_of = self._previous_run.run_id if self._previous_run is not None else None
         bodies = TaskBodies(self.run_id, now, recrawl_of)
@@ -354,7 +358,6 @@ class Pipeline:
                 duplicates=duplicates,
                 invalid=self._invalid_unreported,
                 taken=taken,
-                taken_over=taken_over,
             )
         )
         self._invalid_unreported = 0
@@ -422,15 +425,13 @@ class Pipeline:
             added[item.queues[i]] += 1
         republished = sum(1 for i in confirmed if item.taken[i])
         counters = {f"enqueued.{kind}": n for kind, n in added.items()}
-        counters.update(
-            duplicates=item.duplicates,
-            invalid=item.invalid,
-            taken_over=item.taken_over,
-            republished=republished,
-        )
+        # taken_over is counted in Redis by the claim itself (producer/dedup.py).
+        counters.update(duplicates=item.duplicates, invalid=item.invalid, republished=republished)
         self._unmarked += [item.fingerprints[i] for i in confirmed]
         self._unmarked_counters.update(counters)
-        if len(self._unmarked) >= DEDUP_GROUP_URLS:
+        # Marked a group at a time, or sooner when URLs come slowly: a URL confirmed but not
+        # marked is what a kill -9 leaves to be published again.
+        if len(self._unmarked) >= DEDUP_GROUP_URLS or self._clock() - self._marked_at >= MAX_GROUP_HOLD_S:
             self._mark_seen()
         if failed:
             failed_fps = [item.fingerprints[i] for i in sorted(failed)]
@@ -459,6 +460,7 @@ class Pipeline:
         """Mark the URLs confirmed since the last time seen for good, and add up their counts.
         Marks need not hold up the loop: they run in the background, in order, and an error among
         them still ends the run, at the next batch sent or once all is settled."""
+        self._marked_at = self._clock()
         fingerprints, self._unmarked = self._unmarked, []
         counters, self._unmarked_counters = dict(self._unmarked_counters), collections.Counter()
         if fingerprints or any(counters.values()):
