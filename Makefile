@@ -5,8 +5,11 @@ PY := $(VENV)/bin/python
 WORKERS ?= 3
 SITEMAP ?=
 RUN_ID ?=
+FAULTS_SIZE ?= small
+RECRAWL_OF ?=
 
-.PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean
+.PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean \
+	images-offline compose-test
 
 all: lint typecheck test
 
@@ -23,11 +26,16 @@ demo: install
 	$(PY) -m shared.crawl --demo --workers $(WORKERS)
 
 # Crawl a sitemap (or a site root) with WORKERS workers and a dead-letter consumer until done.
+# RUN_ID of an interrupted run finishes it; RECRAWL_OF=<earlier run> fetches only what changed.
 crawl: install
-	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N]"; exit 2; }
-	$(PY) -m shared.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID))
+	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N] [RUN_ID=id] [RECRAWL_OF=id]"; exit 2; }
+	$(PY) -m shared.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(RECRAWL_OF),--recrawl-of $(RECRAWL_OF))
 
+# Unit, integration and end-to-end tests. Never stops or restarts a service (the fault scenarios
+# are `make faults`). First turns on the RabbitMQ management API if it is off, which is not a
+# restart: some tests read queue arguments and figures from it, and skip saying why without it.
 test: install
+	$(PY) -m tests.prepare
 	$(PY) -m pytest
 
 unit: install
@@ -39,10 +47,12 @@ integration: install
 e2e: install
 	$(PY) -m pytest -m e2e
 
-# The fault scenarios at the sizes docs/RELIABILITY.md reports (`make test` runs them small).
-# They stop and restart the local RabbitMQ, Redis and PostgreSQL: run them on a machine of your own.
+# The fault scenarios, small by default; FAULTS_SIZE=large for the sizes docs/RELIABILITY.md
+# reports. They stop and restart the local RabbitMQ, Redis and PostgreSQL: run them on a
+# machine of your own.
 faults: install
-	FAULTS_SIZE=large $(PY) -m pytest -m faults
+	$(PY) -m tests.prepare
+	FAULTS_SIZE=$(FAULTS_SIZE) $(PY) -m pytest -m faults tests/faults
 
 # Our pipeline beside Scrapy on the same local sites, in one run; prints one table
 # (docs/PERFORMANCE.md). Takes about 15 minutes; needs a quiet machine.
@@ -63,6 +73,16 @@ up:
 
 down:
 	docker compose down
+
+# Where no image registry can be reached: every image docker-compose.yml names, built from
+# Debian packages and tagged with the same names (as root, with debootstrap and a Docker daemon).
+images-offline:
+	deploy/offline-images/build.sh
+
+# docker-compose.yml run for real on a Docker daemon of its own: healthy, crawled, scaled,
+# killed, stopped, accounted, monitored, removed (tests/compose/run.sh; as root).
+compose-test: install
+	PY=$(PY) tests/compose/run.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

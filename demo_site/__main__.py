@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         "duplicate_entries": "extra sitemap entries spelling a listed URL differently",
         "flaky_failures": "500 answers a flaky page gives first",
         "slow_ms": "milliseconds to wait before answering a page",
+        "disallowed_per_host": "pages per host listed in the sitemaps but disallowed by robots.txt",
+        "invalid_entries": "extra sitemap entries whose URL is not http(s), for a crawler to refuse",
     }
     for field, text in counts.items():
         parser.add_argument(
@@ -84,6 +86,8 @@ def config_from_args(args: argparse.Namespace) -> SiteConfig:
         duplicate_entries=args.duplicate_entries,
         flaky_failures=args.flaky_failures,
         slow_ms=args.slow_ms,
+        disallowed_per_host=args.disallowed_per_host,
+        invalid_entries=args.invalid_entries,
     )
 
 

@@ -22,6 +22,7 @@ class Kind(StrEnum):
     FLAKY = "flaky"  # 500 for the first `flaky_failures` requests, then 200
     BROKEN = "broken"  # 500 until the site is fixed through the control endpoint
     MISSING = "missing"  # listed in the sitemaps, but 404
+    DISALLOWED = "private"  # listed in the sitemaps and 200, but robots.txt disallows it
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class SiteConfig:
     duplicate_entries: int = 3  # extra sitemap entries spelling an already-listed URL differently
     flaky_failures: int = 2  # 500 answers a flaky page gives before it answers 200
     slow_ms: int = 0  # delay before every page answer, to make fetches overlap
+    disallowed_per_host: int = 0  # pages a polite crawler records as skipped (robots.txt)
+    invalid_entries: int = 0  # extra sitemap entries whose URL is not http(s): to be refused
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -65,6 +68,8 @@ class SiteConfig:
             "duplicate_entries": self.duplicate_entries,
             "flaky_failures": self.flaky_failures,
             "slow_ms": self.slow_ms,
+            "disallowed_per_host": self.disallowed_per_host,
+            "invalid_entries": self.invalid_entries,
         }
         negative = [name for name, value in counts.items() if value < 0]
         if negative:
@@ -87,6 +92,7 @@ class SiteConfig:
             Kind.FLAKY: self.flaky_per_host,
             Kind.BROKEN: self.broken_per_host,
             Kind.MISSING: self.missing_per_host,
+            Kind.DISALLOWED: self.disallowed_per_host,
         }[kind]
 
     def netloc(self, site: int) -> str:
@@ -133,6 +139,8 @@ class SiteConfig:
             broken=self.urls(Kind.BROKEN),
             missing=self.urls(Kind.MISSING),
             duplicates=self.duplicate_entries,
+            disallowed=self.urls(Kind.DISALLOWED),
+            invalid=self.invalid_entries,
         )
 
 
@@ -147,10 +155,12 @@ class ExpectedUrls:
     broken: tuple[str, ...]  # 500 until fixed
     missing: tuple[str, ...]  # 404
     duplicates: int  # sitemap entries that canonicalise to a URL listed elsewhere
+    disallowed: tuple[str, ...] = ()  # robots.txt disallows them
+    invalid: int = 0  # sitemap entries that are no http(s) URL at all
 
     @property
     def unique(self) -> tuple[str, ...]:
-        return self.normal + self.flaky + self.broken + self.missing
+        return self.normal + self.flaky + self.broken + self.missing + self.disallowed
 
     @property
     def unique_total(self) -> int:
@@ -158,5 +168,5 @@ class ExpectedUrls:
 
     @property
     def sitemap_entries(self) -> int:
-        """Every <loc> of the URL sitemaps, duplicates included."""
-        return self.unique_total + self.duplicates
+        """Every <loc> of the URL sitemaps, duplicates and invalid entries included."""
+        return self.unique_total + self.duplicates + self.invalid

@@ -24,6 +24,7 @@ TITLES = {
     Kind.FLAKY: "Flaky page",
     Kind.BROKEN: "Recovered page",
     Kind.MISSING: "Missing page",
+    Kind.DISALLOWED: "Private page",
 }
 
 
@@ -91,6 +92,8 @@ def render_page(config: SiteConfig, site: int, kind: Kind, number: int) -> bytes
 
 def robots_txt(config: SiteConfig, site: int) -> bytes:
     lines = ["User-agent: *", "Allow: /"]
+    if config.disallowed_per_host:
+        lines.insert(1, f"Disallow: /{Kind.DISALLOWED.value}/")
     if site == 0:
         # Only the first host announces the sitemaps; they list the URLs of every host.
         lines += ["", f"Sitemap: {config.sitemap_index_url}"]

@@ -2,7 +2,7 @@
 
 The URLs of every host are split between the children, and a few entries spell an
 already-listed URL differently (upper-case scheme or host, a fragment) so that a crawler's
-canonicalisation and dedup have something to find.
+canonicalisation and dedup have something to find. Invalid entries (ftp:// URLs) come last.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ def entries(config: SiteConfig) -> list[Entry]:
         # In the other child, so dedup has to work across files and not only within one.
         other_child = 1 - child_of[original]
         result.append(Entry(_respell(config, number), "0.5", OLD_LASTMOD, other_child))
+    for number in range(config.invalid_entries):
+        netloc = config.netloc(number % len(config.names))
+        result.append(Entry(f"ftp://{netloc}/files/{number + 1}.txt", "0.5", OLD_LASTMOD, number % 2))
     return result
 
 

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from producer.exit_codes import exit_code
 from producer.final_scrape import ScrapeWatch, linger_until_scraped
+from producer.seeding import mark_seeded, seeded_summary
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
+from shared.errors import ConfigError
 from shared.metrics import start_metrics_server
 from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EXIT_PUBLISH_FAILED = 1
+# Every sitemap given failed and no URL was read from anywhere: the run has nothing to crawl.
+# A run where only some sitemaps failed exits 0: what could be read is being crawled, and the
+# summary's sitemaps_failed (and a warning) name the others; with --strict it exits 3 too.
+EXIT_NOTHING_READ = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C: the summary of what was done is printed all the same
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -62,12 +74,20 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "have not changed since that run fetched them are not published again",
     )
     parser.add_argument(
+        "--once",
+        action="store_true",
+        help="with --run-id: if this run was seeded to the end before, print that summary and "
+        "exit 0 without reading anything (for a container that may be started again)",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="exit 3 when any sitemap could not be read, not only when none could "
         "(the URLs of those that were read are published all the same)",
     )
     args = parser.parse_args(argv)
+    if args.once and not args.run_id:
+        raise ConfigError("--once: give the run a name with --run-id, or every start is a new run")
     return Options(
         run_id=args.run_id or new_run_id(),
         sitemaps=tuple(args.sitemap),
@@ -75,6 +95,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         url_files=tuple(args.urls),
         routing_file=args.routing,
         recrawl_of=args.recrawl_of,
+        once=args.once,
         strict=args.strict,
     )
 
@@ -83,14 +104,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     settings = Settings.from_env()
     configure_logging(settings.log_level, "producer", settings.log_format)
+    if options.once and (earlier := seeded_summary(settings, options.run_id)) is not None:
+        log.info("run %s was seeded at %s: nothing to do", options.run_id, earlier.get("seeded_at"))
+        print(json.dumps({**earlier, "already_seeded": True}), flush=True)
+        return 0
     watch = ScrapeWatch()
     server = start_metrics_server(settings, registry=watch)
     result = run(settings, options)
     watch.arm()  # the figures are final: a scrape from now on, even before the summary, counts
     print(json.dumps(result), flush=True)
+    code = exit_code(result, options.strict)
+    if options.once and code == 0 and not result["stopped_early"]:
+        mark_seeded(settings, options.run_id, result)
     if server is not None:  # a short run would otherwise exit before Prometheus ever read it
         linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)
-    return exit_code(result, options.strict)
+    return code
+
+
+def exit_code(result: dict[str, Any], strict: bool = False) -> int:
+    failed = result["sitemaps_failed"]
+    if result["publish_failed"]:
+        return EXIT_PUBLISH_FAILED
+    if result["interrupted"]:
+        return EXIT_INTERRUPTED
+    if failed and result["urls_seen"] == 0:
+        log.error(
+            "run %s: no sitemap could be read (%d failed), nothing to crawl", result["run_id"], len(failed)
+        )
+        return EXIT_NOTHING_READ
+    if failed and strict:
+        log.error("run %s: %d sitemaps could not be read (--strict)", result["run_id"], len(failed))
+        return EXIT_NOTHING_READ
+    if failed:
+        log.warning(
+            "run %s: %d sitemaps could not be read; the URLs of the others are queued",
+            result["run_id"],
+            len(failed),
+        )
+    return 0
 
 
 if __name__ == "__main__":

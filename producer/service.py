@@ -18,6 +18,7 @@ from producer.dedup import Claim, Dedup, connect_redis, redis_errors
 from producer.fetch import Fetch, HttpFetcher
 from producer.liveness import Heartbeat
 from producer.pipeline import Counts, Pipeline
+from producer.progress import showing_progress
 from producer.publisher import ConfirmingPublisher
 from producer.recrawl import PreviousRun
 from producer.routing import load_router
@@ -55,6 +56,7 @@ class Options:
     url_files: Sequence[str] = ()
     routing_file: str = ""  # overrides Settings.routing_file
     recrawl_of: str = ""  # an earlier run: publish only what changed since (producer/recrawl.py)
+    once: bool = False  # a run seeded to the end before is not read again (producer/seeding.py)
     strict: bool = False  # any failed sitemap makes the exit code 3 (producer/exit_codes.py)
 
 
@@ -89,6 +91,7 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
     # Sitemaps and robots.txt go out through the same proxies as the workers' requests.
     fetcher = HttpFetcher(settings, proxies=ProxyPool.from_settings(settings, client))
     stop = threading.Event()
+    interrupted = threading.Event()  # by Ctrl-C (SIGINT), as opposed to a SIGTERM
     previous_run = PreviousRun(settings, options.recrawl_of) if options.recrawl_of else None
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
     dedup = Dedup(client, Keys(settings.redis_prefix), options.run_id)
@@ -107,7 +110,10 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
                 should_stop=stop.is_set,
                 previous_run=previous_run,
             )
-            with stop_on_sigterm(stop):
+            with (
+                stop_on_sigterm(stop, interrupted),
+                showing_progress(options.run_id, pipeline.counts, reader),
+            ):
                 entries = all_entries(reader, options.sitemaps, options.sites, options.url_files)
                 counts = pipeline.run(spread_hosts(entries, settings.host_spread_window))
         if counts.stopped_early:
@@ -121,7 +127,9 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
         client.close()
         if previous_run is not None:
             previous_run.close()
-    return summary(options.run_id, counts, reader, time.monotonic() - started)
+    result = summary(options.run_id, counts, reader, time.monotonic() - started)
+    result["interrupted"] = interrupted.is_set()
+    return result
 
 
 class DedupOverRedis:
@@ -146,23 +154,27 @@ class DedupOverRedis:
 
 
 @contextlib.contextmanager
-def stop_on_sigterm(stop: threading.Event) -> Iterator[None]:
-    """While inside, SIGTERM sets `stop` instead of killing the process: the pipeline then stops
-    reading and settles its batches (confirmed URLs marked seen, the others released), so no
-    URL is left claimed but unpublished."""
+def stop_on_sigterm(stop: threading.Event, interrupted: threading.Event) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT (Ctrl-C) set `stop` instead of killing the process: the
+    pipeline then stops reading and settles its batches (confirmed URLs marked seen, the others
+    released), so no URL is left claimed but unpublished, and the summary of what was done is
+    printed as usual."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
 
     def request_stop(signum: int, _frame: object) -> None:
         log.warning("got signal %d: stopping after the batches in flight", signum)
+        if signum == signal.SIGINT:
+            interrupted.set()
         stop.set()
 
-    previous = signal.signal(signal.SIGTERM, request_stop)
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def summary(run_id: str, counts: Counts, reader: SitemapReader, elapsed_s: float) -> dict[str, Any]:

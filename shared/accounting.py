@@ -26,6 +26,11 @@ SELECT (SELECT count(*) FROM pages WHERE run_id = %(run_id)s)
      + (SELECT count(*) FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead')
      + (SELECT count(*) FROM skips WHERE run_id = %(run_id)s)
 """
+OUTCOMES = """
+SELECT (SELECT count(*) FROM pages WHERE run_id = %(run_id)s),
+       (SELECT count(*) FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead'),
+       (SELECT count(*) FROM skips WHERE run_id = %(run_id)s)
+"""
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,14 @@ class Tally:
         count = row[0]
         assert isinstance(count, int)
         return count
+
+    def outcomes(self) -> tuple[int, int, int]:
+        """(stored, dead-lettered, skipped) so far, in one query."""
+        with db.translate(self._settings):
+            row = self._conn.execute(OUTCOMES, {"run_id": self._run_id}).fetchone()
+        assert row is not None
+        stored, dead, skipped = (int(v) for v in row)  # type: ignore[call-overload]
+        return stored, dead, skipped
 
     def close(self) -> None:
         self._conn.close()

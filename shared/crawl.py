@@ -1,8 +1,12 @@
 """python -m shared.crawl: run a whole crawl on this machine, as separate processes, and account for it.
 
-Starts the dead-letter consumer and N workers, runs the producer, waits until every enqueued URL
-is stored, dead-lettered or skipped, stops everything with SIGTERM and prints the accounting.
-`--demo` first serves the bundled demo site on loopback addresses and crawls that.
+Starts the dead-letter consumer and N workers, runs the producer, waits until every URL the run
+has enqueued is stored, dead-lettered or skipped, stops everything with SIGTERM and prints the
+accounting. Meanwhile it shows progress: a live line on a terminal, a line every
+--progress-every seconds elsewhere. A worker that dies is started again (shared/crawl_processes.py).
+Ctrl-C stops the processes and prints the accounting so far (exit 130); the same command with
+the same --run-id finishes the run. `--demo` first serves the bundled demo site on loopback
+addresses and crawls that.
 """
 
 from __future__ import annotations
@@ -15,20 +19,25 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import redis
 
-from shared.accounting import Accounting, Tally, account
+from shared import db
+from shared.accounting import Accounting, account
 from shared.cli import configure_logging, run_main
+from shared.crawl_processes import STOP_TIMEOUT_S, CrawlFailed, Processes, last_line
 from shared.errors import ConfigError
 from shared.keys import Keys
+from shared.progress import EVERY_S, ProgressDisplay, Rate, live_detail, periodic_line
 from shared.redis_errors import translate_redis_errors
+from shared.run_watch import RunWatch
+from shared.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
 
-STOP_TIMEOUT_S = 30.0
+__all__ = ["CrawlFailed", "Processes", "main", "run_crawl"]  # Processes: tests start services with it
+
 # Short retry delays so that a demo's fail-twice pages finish in seconds, not minutes. The demo
 # keeps its Redis keys under a prefix of its own, and starts from an empty response cache so
 # that every demo fetches for real and prints the same figures.
@@ -38,55 +47,12 @@ DEMO_ENV = {
     "REDIS_PREFIX": "demo",
     "FETCH_ALLOWLIST": "127.0.0.0/8",  # the demo site is on loopback, which the guard refuses
 }
+POLL_S = 0.25
+EXIT_INTERRUPTED = 130
 
 
 def new_run_id(prefix: str = "run") -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-
-
-@dataclass
-class Processes:
-    log_dir: Path
-    env: dict[str, str]
-    running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    _logs: list[IO[bytes]] = field(default_factory=list)
-
-    def start(self, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.log_dir / f"{name}.log").open("wb")
-        self._logs.append(log)
-        process = subprocess.Popen(
-            [sys.executable, "-m", module, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT
-        )
-        self.running[name] = process
-        return process
-
-    def check_alive(self) -> None:
-        for name, process in self.running.items():
-            if process.poll() is not None:
-                raise CrawlFailed(
-                    f"{name} exited early with code {process.returncode}; "
-                    f"see {self.log_dir / (name + '.log')}"
-                )
-
-    def stop_all(self) -> dict[str, int | None]:
-        for process in self.running.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        codes: dict[str, int | None] = {}
-        for name, process in self.running.items():
-            try:
-                codes[name] = process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                codes[name] = None
-        for log in self._logs:
-            log.close()
-        return codes
-
-
-class CrawlFailed(Exception):
-    pass
 
 
 def run_crawl(
@@ -98,89 +64,177 @@ def run_crawl(
     log_dir: Path,
     timeout_s: float,
     out: IO[str],
+    *,
+    progress_every_s: float = EVERY_S,
+    live: bool | None = None,
 ) -> int:
-    """Run producer, workers and dead-letter consumer; return 0 when every URL is accounted for."""
+    """Run producer, workers and dead-letter consumer; return 0 when every URL the run has
+    enqueued (this time and any time before under the same run id) is accounted for."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    procs = Processes(log_dir, env)
+    db.ensure_schema(settings)  # before the first count, which may come before any worker is up
+    display = ProgressDisplay(out, run_id, live=live, every_s=progress_every_s)
+    procs = Processes(log_dir, env, say=display.note)
     started = time.monotonic()
-    try:
-        procs.start("dlq_consumer", "dlq_consumer", "consume")
-        for i in range(workers):
-            procs.start(f"worker-{i + 1}", "worker")
-        producer = subprocess.run(
-            [sys.executable, "-m", "producer", "--run-id", run_id, *producer_args],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        (log_dir / "producer.log").write_text(producer.stderr)
-        if producer.returncode != 0 or not producer.stdout.strip():
-            raise CrawlFailed(
-                f"producer failed (exit {producer.returncode}): "
-                f"{producer.stderr.strip().splitlines()[-1:] or ''}"
+    with RunWatch(settings, run_id) as watch:
+        state = watch.state()
+        if state == CANCELLED:
+            raise ConfigError(f"run {run_id!r} was cancelled; start a new run (another --run-id)")
+        if state == PAUSED:
+            print(
+                f"run {run_id} is paused: nothing is fetched until `python -m shared.runs resume {run_id}`",
+                file=out,
             )
-        summary: dict[str, Any] = json.loads(producer.stdout.strip().splitlines()[-1])
-        expected = int(summary["enqueued_total"])
-        print(
-            f"producer: {summary['urls_seen']} URLs seen, {expected} enqueued "
-            f"{summary['enqueued']}, {summary['duplicates']} duplicates, "
-            f"{sum(summary['invalid'].values())} invalid, "
-            f"{len(summary['sitemaps_failed'])} sitemaps failed",
-            file=out,
-        )
-        accounting = wait_until_accounted(settings, run_id, expected, procs, timeout_s, out)
-    except CrawlFailed as exc:
-        procs.stop_all()
-        print(f"crawl failed: {exc}", file=out)
-        return 1
-    elapsed = time.monotonic() - started
-    codes = procs.stop_all()
-    print_accounting(accounting, summary, elapsed, codes, log_dir, out)
+        summary: dict[str, Any] | None = None
+        codes: dict[str, int | None] | None = None
+        try:
+            with display:
+                procs.start("dlq_consumer", "dlq_consumer", "consume")
+                for i in range(workers):
+                    procs.start(f"worker-{i + 1}", "worker")
+                producer = start_producer(run_id, producer_args, env, log_dir)
+                procs.adopt("producer", producer)
+                summary = wait_until_accounted(watch, producer, log_dir, procs, display, timeout_s)
+                elapsed = time.monotonic() - started
+        except CrawlFailed as exc:
+            codes = procs.stop_all()
+            print(f"crawl failed: {exc}", file=out)
+            print(what_stays(watch, run_id), file=out)
+            return 1
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+            print(
+                f"interrupted: stopping the processes (at most {STOP_TIMEOUT_S:.0f} s)", file=out, flush=True
+            )
+            elapsed = time.monotonic() - started
+            codes = procs.stop_all()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            summary = summary or summary_if_any(log_dir)  # the producer prints one when stopped
+            a = account(settings, run_id)
+            print_accounting(a, watch, summary, elapsed, codes, log_dir, out, finished=False)
+            print(what_stays(watch, run_id), file=out)
+            return EXIT_INTERRUPTED
+        finally:
+            if codes is None:  # whatever happened, no process outlives the crawl
+                codes = procs.stop_all()
+        accounting = account(settings, run_id)
+        expected = print_accounting(accounting, watch, summary, elapsed, codes, log_dir, out)
     clean_exit = all(code == 0 for code in codes.values())
     return 0 if accounting.accounted == expected and clean_exit else 1
 
 
+def start_producer(
+    run_id: str, args: list[str], env: dict[str, str], log_dir: Path
+) -> subprocess.Popen[bytes]:
+    """The producer, its JSON summary going to producer-summary.json and its log to producer.log.
+    Not restarted: a producer that fails says why, and the crawl fails with its line."""
+    with (
+        (log_dir / "producer-summary.json").open("wb") as summary,
+        (log_dir / "producer.log").open("ab") as log,
+    ):
+        return subprocess.Popen(
+            [sys.executable, "-m", "producer", "--run-id", run_id, *args], env=env, stdout=summary, stderr=log
+        )
+
+
+def summary_if_any(log_dir: Path) -> dict[str, Any] | None:
+    """The producer's summary, if it printed one (a producer stopped by Ctrl-C does)."""
+    try:
+        text = (log_dir / "producer-summary.json").read_text().strip()
+        summary: dict[str, Any] = json.loads(text.splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return summary
+
+
+def producer_summary(producer: subprocess.Popen[bytes], log_dir: Path) -> dict[str, Any]:
+    text = (log_dir / "producer-summary.json").read_text().strip()
+    if producer.returncode != 0 or not text:
+        raise CrawlFailed(
+            f"producer failed (exit {producer.returncode}): "
+            f"{last_line(log_dir / 'producer.log') or 'no output'}; see {log_dir / 'producer.log'}"
+        )
+    summary: dict[str, Any] = json.loads(text.splitlines()[-1])
+    return summary
+
+
 def wait_until_accounted(
-    settings: Settings, run_id: str, expected: int, procs: Processes, timeout_s: float, out: IO[str]
-) -> Accounting:
+    watch: RunWatch,
+    producer: subprocess.Popen[bytes],
+    log_dir: Path,
+    procs: Processes,
+    display: ProgressDisplay,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Supervise and show progress until the producer has finished and every URL the run has
+    enqueued is accounted for; return the producer's summary."""
     deadline = time.monotonic() + timeout_s
-    last_report = 0.0
-    with Tally(settings, run_id) as tally:
-        while (accounted := tally.accounted()) < expected:
-            if time.monotonic() > deadline:
-                raise CrawlFailed(f"timed out with {accounted} of {expected} URLs accounted for")
-            procs.check_alive()
-            if time.monotonic() - last_report > 2:
-                last_report = time.monotonic()
-                accounting = account(settings, run_id)
-                print(
-                    f"  ... stored {accounting.stored}, dead letters {accounting.dead}, "
-                    f"skipped {accounting.skipped} of {expected}",
-                    file=out,
-                    flush=True,
-                )
-            time.sleep(0.25)
-    return account(settings, run_id)
+    rate = Rate()
+    summary: dict[str, Any] | None = None
+    while True:
+        procs.supervise()
+        if summary is None and producer.poll() is not None:
+            summary = producer_summary(producer, log_dir)
+            display.note(producer_line(summary))
+        snapshot = watch.snapshot(producing=summary is None)
+        per_s = rate.add(snapshot)
+        display.show(
+            snapshot.done, snapshot.total, live_detail(snapshot, per_s), periodic_line(snapshot, per_s)
+        )
+        if summary is not None and snapshot.done >= snapshot.total:
+            return summary
+        if time.monotonic() > deadline:
+            raise CrawlFailed(f"timed out with {snapshot.done} of {snapshot.total} URLs accounted for")
+        time.sleep(POLL_S)
+
+
+def producer_line(summary: dict[str, Any]) -> str:
+    return (
+        f"producer: {summary['urls_seen']} URLs seen, {summary['enqueued_total']} enqueued "
+        f"{summary['enqueued']}, {summary['duplicates']} duplicates, "
+        f"{sum(summary['invalid'].values())} invalid, "
+        f"{len(summary['sitemaps_failed'])} sitemaps failed"
+    )
+
+
+def what_stays(watch: RunWatch, run_id: str) -> str:
+    """After a stop before the end: what is left, and how to finish."""
+    snapshot = watch.snapshot()
+    left = max(0, snapshot.total - snapshot.done)
+    queued = "?" if snapshot.queued is None else str(snapshot.queued)
+    return (
+        f"  {left} of the run's {snapshot.total} URLs are not done; the broker keeps them, with "
+        f"{queued} messages ready in the work queues (of every run) and any in the delay queues. "
+        f"Finish the run with: "
+        f"make crawl RUN_ID={run_id} SITEMAP=... (the same inputs), or start workers "
+        f"(python -m worker) and the dead-letter consumer"
+    )
 
 
 def print_accounting(
     a: Accounting,
-    summary: dict[str, Any],
+    watch: RunWatch,
+    summary: dict[str, Any] | None,
     elapsed_s: float,
     codes: dict[str, int | None],
     log_dir: Path,
     out: IO[str],
-) -> None:
-    expected = int(summary["enqueued_total"])
+    *,
+    finished: bool = True,
+) -> int:
+    """Print the run's accounting; return the total it was checked against (the run's enqueued
+    URLs, every producer invocation of the run together). `finished=False`: stopped before the
+    end, so URLs not yet accounted for are expected, not a mismatch."""
+    expected = watch.total()
+    this_time = "" if summary is None else f", {summary['enqueued_total']} of them this time"
+    duplicates = "?" if summary is None else f"{summary['duplicates']:6d}"
     dead = ", ".join(f"{reason} {n}" for reason, n in a.dead_by_reason.items()) or "none"
     skips = ", ".join(f"{reason} {n}" for reason, n in a.skips_by_reason.items()) or "none"
-    mark = "ok" if a.accounted == expected else "MISMATCH"
+    mark = "ok" if a.accounted == expected else "MISMATCH" if finished else "not finished"
     stopped = ", ".join(f"{name}={code}" for name, code in codes.items())
     print(
         f"\nrun {a.run_id}\n"
-        f"  enqueued          {expected:6d}   {summary['enqueued']}\n"
-        f"  duplicates        {summary['duplicates']:6d}   (not enqueued)\n"
+        f"  enqueued          {expected:6d}   {watch.enqueued_by_queue()}{this_time}\n"
+        f"  duplicates        {duplicates:>6}   (not enqueued)\n"
         f"  pages stored      {a.stored:6d}   ({a.stored_after_retry} after retries, "
         f"{a.from_cache} from the cache)\n"
         f"  dead letters      {a.dead:6d}   ({dead})\n"
@@ -193,6 +247,7 @@ def print_accounting(
         f"  logs in {log_dir}/",
         file=out,
     )
+    return expected
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -202,7 +257,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--site", action="append", default=[], help="site root: read its robots.txt")
     parser.add_argument("--urls", action="append", default=[], help="file of URLs, one per line")
     parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--run-id", default="")
+    parser.add_argument(
+        "--run-id", default="", help="name of the run; an interrupted run's id finishes that run"
+    )
+    parser.add_argument(
+        "--recrawl-of",
+        default="",
+        metavar="RUN_ID",
+        help="an earlier run of the same site: URLs whose sitemap says they have not changed "
+        "since that run fetched them are not fetched again",
+    )
+    parser.add_argument(
+        "--progress-every",
+        type=float,
+        default=EVERY_S,
+        metavar="S",
+        help="seconds between progress lines when the output is not a terminal",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the crawl")
     parser.add_argument("--log-dir", default="var/log", help="where the processes' logs go")
     return parser.parse_args(argv)
@@ -215,20 +286,26 @@ def main(argv: list[str] | None = None) -> int:
         env = {**DEMO_ENV, **env}
     settings = Settings.from_env(env)
     configure_logging(settings.log_level, "crawl", settings.log_format)
-    producer_args = [
-        *_repeat("--sitemap", args.sitemap),
-        *_repeat("--site", args.site),
-        *_repeat("--urls", args.urls),
-    ]
-    if not producer_args and not args.demo:
+    producer_args = producer_arguments(args)
+    if not (args.sitemap or args.site or args.urls) and not args.demo:
         raise ConfigError("nothing to crawl: give --sitemap, --site, --urls or --demo")
     if args.workers < 1:
         raise ConfigError("--workers: must be at least 1")
+    if args.progress_every <= 0:
+        raise ConfigError("--progress-every: must be more than 0 seconds")
     run_id = args.run_id or new_run_id("demo" if args.demo else "run")
     log_dir = Path(args.log_dir) / run_id
     if not args.demo:
         return run_crawl(
-            settings, producer_args, args.workers, run_id, env, log_dir, args.timeout, sys.stdout
+            settings,
+            producer_args,
+            args.workers,
+            run_id,
+            env,
+            log_dir,
+            args.timeout,
+            sys.stdout,
+            progress_every_s=args.progress_every,
         )
     from demo_site.runner import serve_demo_site
 
@@ -248,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             log_dir,
             args.timeout,
             sys.stdout,
+            progress_every_s=args.progress_every,
         )
 
 
@@ -260,6 +338,16 @@ def forget_cached_responses(settings: Settings) -> None:
                 client.delete(*keys)
     finally:
         client.close()
+
+
+def producer_arguments(args: argparse.Namespace) -> list[str]:
+    """What the crawl passes on to `python -m producer` (besides --run-id)."""
+    return [
+        *_repeat("--sitemap", args.sitemap),
+        *_repeat("--site", args.site),
+        *_repeat("--urls", args.urls),
+        *(["--recrawl-of", args.recrawl_of] if args.recrawl_of else []),
+    ]
 
 
 def _repeat(flag: str, values: list[str]) -> list[str]:

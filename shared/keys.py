@@ -5,6 +5,8 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:seen:<run>:<bucket>    hash   dedup fingerprints of one run (field = fingerprint tail)
     crawl:run:<run>:stats        hash   counters of one run (enqueued.<queue>, retries, cache_hits, ...)
     crawl:run:<run>:producer:<owner> string present while producer process <owner> is alive (expires)
+    crawl:run:<run>:state        string paused | cancelled (shared/runs.py); absent: running
+    crawl:run:<run>:seeded       string the summary of the run's completed seeding (producer --once)
     crawl:rate:<domain>          string GCRA theoretical arrival time of a domain (expires)
     crawl:cache:<fingerprint>    string cached response (expires after CACHE_TTL_S)
     crawl:sent:<domain>          string server time of the domain's latest request, µs (expires)
@@ -17,6 +19,7 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:proxy-bench:<proxy>    string present while a proxy is benched (expires)
     crawl:deliveries:<message>   string redeliveries of one message, to bound a crash loop (expires)
     crawl:handling:<message>     string a handler has started on this message (expires)
+    crawl:worker:<worker id>     string a running worker's presence, for status (expires)
 
 Only the keys marked (expires) expire. Dedup and run counters are state: run Redis with
 ``maxmemory-policy noeviction`` (or keep the cache in another database) so eviction never
@@ -38,6 +41,15 @@ class Keys:
 
     def run_stats(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:stats"
+
+    def run_state(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:state"
+
+    def run_seeded(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:seeded"
+
+    def run_stats_pattern(self) -> str:
+        return f"{self.prefix}:run:*:stats"
 
     def producer_heartbeat(self, run_id: str, owner: str) -> str:
         """Alive while the producer process `owner` runs; its claims are taken over once gone."""
@@ -81,6 +93,13 @@ class Keys:
     def deliveries(self, message_fp: str) -> str:
         """`message_fp` is worker.poison.message_fingerprint of the message."""
         return f"{self.prefix}:deliveries:{message_fp}"
+
+    def worker(self, worker_id: str) -> str:
+        """Present while the worker runs (shared/presence.py)."""
+        return f"{self.prefix}:worker:{worker_id}"
+
+    def worker_pattern(self) -> str:
+        return f"{self.prefix}:worker:*"
 
     def all_pattern(self) -> str:
         return f"{self.prefix}:*"

@@ -14,13 +14,15 @@ Where each metric is counted (label values in brackets):
                                    (not robots.txt): observe(seconds), also for failed fetches
       HTTP_RESPONSES[code]         every HTTP answer to a page fetch, by status code ("200",
                                    "304", "404", "503", ...); a fetch with no answer counts nothing
-      RETRIES[reason]              when a transient failure is sent to a delay queue (_retry)
+      RETRIES[reason]              when a transient failure is sent to a retry queue (_retry)
       CACHE_HITS                   a page answered from a fresh cache entry, without a request
       NOT_MODIFIED                 a 304 that revalidated a cached entry
-      RATE_LIMIT_WAITS             each in-process wait of the domain gate (rate, concurrency,
-      RATE_LIMIT_WAIT_SECONDS        pause): inc() once, and add the seconds slept
-      RATE_LIMIT_DEFERRALS[reason] a URL sent back through a delay queue because the domain
-                                   could not take it soon enough (TryLater, no attempt charged)
+      RATE_LIMIT_WAITS             each request the domain gate held back in-process (its rate,
+      RATE_LIMIT_WAIT_SECONDS        concurrency cap or pause): inc() once per request that slept,
+                                   and add the seconds it slept (worker/politeness.py)
+      DEFERRALS[reason]            a URL sent to a defer queue because it could not be served
+                                   soon enough (TryLater: rate, paused, busy, spacing,
+                                   robots_pending, proxies_benched); no attempt charged
       FETCHES_IN_FLIGHT            inc() when a handler thread starts on a delivery, dec() when
                                    it returns an outcome (``with FETCHES_IN_FLIGHT.track_inprogress()``)
 
@@ -66,13 +68,13 @@ FETCH_SECONDS = Histogram(
     "crawl_fetch_duration_seconds", "Time of one HTTP fetch of a page.", buckets=FETCH_BUCKETS_S
 )
 HTTP_RESPONSES = Counter("crawl_http_responses", "HTTP answers to page fetches, by status code.", ["code"])
-RETRIES = Counter("crawl_retries", "Transient failures sent to a delay queue for another try.", ["reason"])
+RETRIES = Counter("crawl_retries", "Transient failures sent to a retry queue for another try.", ["reason"])
 CACHE_HITS = Counter("crawl_cache_hits", "Pages answered from a fresh cache entry, without a request.")
 NOT_MODIFIED = Counter("crawl_not_modified", "Cached pages revalidated by a 304 answer.")
 RATE_LIMIT_WAITS = Counter("crawl_rate_limit_waits", "In-process waits for a domain's rate limit.")
 RATE_LIMIT_WAIT_SECONDS = Counter("crawl_rate_limit_wait_seconds", "Seconds spent in rate-limit waits.")
-RATE_LIMIT_DEFERRALS = Counter(
-    "crawl_rate_limit_deferrals", "URLs sent back through a delay queue to wait for their domain.", ["reason"]
+DEFERRALS = Counter(
+    "crawl_deferrals", "URLs sent to a defer queue to wait, no failure and no attempt charged.", ["reason"]
 )
 FETCHES_IN_FLIGHT = Gauge("crawl_fetches_in_flight", "Deliveries a worker process is working on now.")
 

@@ -1,45 +1,73 @@
 """python -m shared.status [--run ID] [--json | --watch [--interval S]]: what the pipeline holds
-right now, and what it has been doing in the last minute or two.
+right now, and what it has been doing in the last minute.
 
-Queue depths come from the RabbitMQ management API, which also knows unacked counts; its numbers
-are refreshed every few seconds, not live. Without the management plugin a passive declare gives
-live ready and consumer counts but no unacked count. Run figures and recent activity (see
-shared/activity.py) come from PostgreSQL, counters from the run's Redis hash. Nothing here writes
-anything. --watch redraws the view every few seconds until Ctrl-C.
+Queues are the ones that exist: the management API lists the vhost's queues, and those named
+as this namespace's (work, retry, defer, dead, parked: shared.topology.queue_role) are shown,
+with ready and unacked counts the broker refreshes every few seconds. The work, dead and parked
+queues are always shown, as missing when absent. Without the management plugin, passive
+declares of the names the settings imply give live ready and consumer counts, no unacked count,
+and only the delay queues these settings would declare.
+
+Run figures and recent activity (shared/activity.py) come from PostgreSQL; a run's counters from
+its Redis hash, under whichever prefix the run used (the configured one, a well-known one, or
+one a scan finds); the running workers from their presence keys (shared/presence.py). Nothing
+here writes anything. The text is drawn by shared/status_view.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TextIO
-from urllib.parse import quote, unquote, urlsplit
 
 import psycopg
 import redis
-import requests
 
-from shared import broker, db
+from shared import broker, db, management
 from shared.accounting import account
-from shared.activity import recent_activity, render_activity
+from shared.activity import recent_activity
 from shared.cli import configure_logging, run_main
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
+from shared.management import HttpGet
+from shared.messages import QUEUE_KINDS
+from shared.presence import live_workers
 from shared.settings import Settings, redact
-from shared.topology import build_topology, dead_letter_queue
+from shared.status_view import CLEAR_SCREEN, clip, frame, render
+from shared.topology import (
+    DEAD,
+    PARKED,
+    build_topology,
+    dead_letter_queue,
+    delay_queue,
+    parked_queue,
+    queue_role,
+)
 
-MANAGEMENT_TIMEOUT_S = (1.0, 3.0)  # connect, read: status must answer fast even if the API hangs
+__all__ = ["CLEAR_SCREEN", "gather", "main", "render"]
+
 REDIS_TIMEOUT_S = 3.0
 RECENT_RUNS = 10
 WATCH_INTERVAL_S = 2.0
 STOP_CHECK_S = 0.1  # how soon a watch notices Ctrl-C between redraws
-CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, erase display: redraw in place
+SCREEN_FALLBACK = (80, 24)  # columns, lines when the output is not a terminal
+# Where a run's counters are looked for before scanning: the default REDIS_PREFIX and the one
+# `make demo` uses (shared/crawl.py), so `--run <demo run>` needs no REDIS_PREFIX.
+KNOWN_PREFIXES = ("crawl", "demo")
+# Without the management API, retry queues are found by name: those of the settings, of the
+# default RETRY_DELAYS_S and of `make demo` (shared/crawl.py), whichever exist.
+KNOWN_RETRY_DELAYS_S = (0.5, 1.0, 5.0, 30.0)
+ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer")
+_DELAY_MS = re.compile(r"\.([0-9]+)ms$")
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 REPLAYED_OF_RUN = "SELECT count(*) FROM dead_letters WHERE run_id = %s AND state = 'replayed'"
 LATEST_RUNS = """
@@ -62,78 +90,80 @@ AND to_regclass('skips') IS NOT NULL"""
 @dataclass(frozen=True)
 class QueueStatus:
     name: str
-    role: str  # work | delay | dead
+    role: str  # work | retry | defer | dead | parked
     exists: bool
     ready: int | None  # None: not known (yet) to the source asked
     unacked: int | None
     consumers: int | None
 
 
-HttpGet = Callable[[str], Any]  # URL → decoded JSON, or raises requests.RequestException
-
-
-def queue_roles(settings: Settings) -> list[tuple[str, str]]:
-    topology = build_topology(settings)
-    work = set(topology.work_queues())
-    dead = dead_letter_queue(settings.crawl_namespace)
-    return [
-        (q.name, "work" if q.name in work else "dead" if q.name == dead else "delay") for q in topology.queues
-    ]
+def always_shown(settings: Settings) -> list[str]:
+    """The queues every pipeline has: shown as missing when absent, unlike a delay queue."""
+    ns = settings.crawl_namespace
+    return [*build_topology(settings).work_queues(), dead_letter_queue(ns), parked_queue(ns)]
 
 
 def management_queues(settings: Settings, get: HttpGet) -> list[QueueStatus] | None:
-    """Queue figures from the management API; None if it cannot be asked."""
-    vhost = _amqp_part(settings, "vhost")
-    url = (
-        f"{settings.rabbitmq_management_url.rstrip('/')}/api/queues/{quote(vhost, safe='')}"
-        "?columns=name,messages_ready,messages_unacknowledged,consumers"
-    )
-    try:
-        listed = {q["name"]: q for q in get(url) if isinstance(q, dict) and "name" in q}
-    except (requests.RequestException, ValueError, TypeError):
+    """The namespace's queues as the management API lists them; None if it cannot be asked."""
+    listed = management.list_queues(settings, get)
+    if listed is None:
         return None
     result = []
-    for name, role in queue_roles(settings):
-        found = listed.get(name)
-        if found is None:
-            result.append(QueueStatus(name, role, False, None, None, None))
+    for found in listed:
+        role = queue_role(settings.crawl_namespace, found["name"])
+        if role is None:
             continue
         # A queue declared a moment ago has no statistics until the next refresh.
-        result.append(
-            QueueStatus(
-                name,
-                role,
-                True,
-                *(
-                    _int_or_none(found.get(k))
-                    for k in ("messages_ready", "messages_unacknowledged", "consumers")
-                ),
-            )
-        )
-    return result
+        figures = [
+            _int_or_none(found.get(k)) for k in ("messages_ready", "messages_unacknowledged", "consumers")
+        ]
+        result.append(QueueStatus(found["name"], role, True, *figures))
+    names = {q.name for q in result}
+    result += [_missing(settings, name) for name in always_shown(settings) if name not in names]
+    return sorted(result, key=_order)
 
 
 def amqp_queues(settings: Settings) -> list[QueueStatus]:
-    """Queue figures from passive declares: live, but without unacked counts."""
+    """Queue figures from passive declares of the names the settings imply (and of the usual
+    retry queues): live, but without unacked counts, and blind to other delay queues."""
+    shown = set(always_shown(settings))
+    ns = settings.crawl_namespace
+    names = [q.name for q in build_topology(settings).queues]
+    usual = [delay_queue(ns, int(seconds * 1000)) for seconds in KNOWN_RETRY_DELAYS_S]
+    names += [name for name in usual if name not in names]
     connection = broker.connect(settings, "status")
     try:
         channel = connection.channel()
         result = []
-        for name, role in queue_roles(settings):
+        for name in names:
             try:
                 ready, consumers = broker.queue_depth(channel, name)
             except broker.CONNECTION_ERRORS as exc:
                 if not connection.is_open:
                     raise broker.unavailable(settings, exc) from None
                 # The broker closes the channel of a passive declare on a missing queue.
-                result.append(QueueStatus(name, role, False, None, None, None))
+                if name in shown:
+                    result.append(_missing(settings, name))
                 channel = connection.channel()
                 continue
+            role = queue_role(ns, name) or "work"
             result.append(QueueStatus(name, role, True, ready, None, consumers))
-        return result
+        return sorted(result, key=_order)
     finally:
         if connection.is_open:
             connection.close()
+
+
+def _missing(settings: Settings, name: str) -> QueueStatus:
+    return QueueStatus(name, queue_role(settings.crawl_namespace, name) or "work", False, None, None, None)
+
+
+def _order(queue: QueueStatus) -> tuple[int, int, str]:
+    """Work queues as the topology lists them, then dead, parked, retry and defer by delay."""
+    delay = _DELAY_MS.search(queue.name)
+    kind = queue.name.rsplit(".", 1)[-1]
+    within = int(delay.group(1)) if delay else QUEUE_KINDS.index(kind) if kind in QUEUE_KINDS else 0
+    return ROLE_ORDER.index(queue.role), within, queue.name
 
 
 def run_figures(settings: Settings, conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
@@ -155,16 +185,22 @@ def latest_runs(conn: psycopg.Connection[Any], limit: int = RECENT_RUNS) -> list
     ]
 
 
-def run_counters(settings: Settings, run_id: str) -> dict[str, int | str]:
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
-    )
-    try:
-        raw: dict[bytes, bytes] = client.hgetall(Keys(settings.redis_prefix).run_stats(run_id))  # type: ignore[assignment]
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise ServiceUnavailable("Redis", redact(settings.redis_url), str(exc) or "no answer") from None
-    finally:
-        client.close()
+def run_prefix(client: redis.Redis, settings: Settings, run_id: str) -> str | None:
+    """The Redis prefix the run's counters live under: the configured one, a well-known one,
+    or the first a scan finds; None when the run has no counters anywhere."""
+    for prefix in dict.fromkeys((settings.redis_prefix, *KNOWN_PREFIXES)):
+        if client.exists(Keys(prefix).run_stats(run_id)):
+            return prefix
+    suffix = f":run:{run_id}:stats"
+    for key in client.scan_iter(match="*" + _GLOB_SPECIAL.sub(r"\\\1", suffix), count=1000):
+        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+        if text.endswith(suffix):
+            return text[: -len(suffix)]
+    return None
+
+
+def run_counters(client: redis.Redis, prefix: str, run_id: str) -> dict[str, int | str]:
+    raw: dict[bytes, bytes] = client.hgetall(Keys(prefix).run_stats(run_id))  # type: ignore[assignment]
     counters: dict[str, int | str] = {}
     for key, value in sorted(raw.items()):
         text = value.decode("utf-8", "replace")
@@ -172,13 +208,49 @@ def run_counters(settings: Settings, run_id: str) -> dict[str, int | str]:
     return counters
 
 
+def running_workers(
+    client: redis.Redis, prefixes: Sequence[str], pages: dict[str, int]
+) -> list[dict[str, Any]]:
+    """Workers with a presence key under any of `prefixes`, with the pages each stored lately."""
+    found = {w["worker_id"]: w for prefix in dict.fromkeys(prefixes) for w in live_workers(client, prefix)}
+    return [{**w, "pages_in_window": pages.get(worker_id, 0)} for worker_id, w in sorted(found.items())]
+
+
+def add_redis_figures(settings: Settings, report: dict[str, Any], run_id: str | None) -> None:
+    """The run's counters and the running workers. Without Redis a run's view fails (its
+    counters were asked for); the overview goes on without the workers."""
+    client = redis.Redis.from_url(
+        settings.redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
+    )
+    activity = report.get("activity")
+    pages = activity["pages_by_worker"] if activity else {}
+    try:
+        prefixes = [settings.redis_prefix]
+        if run_id is not None:
+            prefix = run_prefix(client, settings, run_id)
+            report["run"]["redis_prefix"] = prefix
+            report["run"]["counters"] = run_counters(client, prefix, run_id) if prefix else {}
+            prefixes += [prefix] if prefix else []
+        report["workers"] = running_workers(client, prefixes, pages)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        if run_id is not None:
+            raise ServiceUnavailable("Redis", redact(settings.redis_url), str(exc) or "no answer") from None
+        report["workers"] = None
+    finally:
+        client.close()
+
+
 def gather(settings: Settings, run_id: str | None, get: HttpGet | None = None) -> dict[str, Any]:
     """The whole report as JSON-safe data."""
-    queues = management_queues(settings, get or _management_getter(settings))
+    queues = management_queues(settings, get or management.getter(settings))
     source = "management"
     if queues is None:
         queues, source = amqp_queues(settings), "amqp"
-    report: dict[str, Any] = {"queue_source": source, "queues": [asdict(q) for q in queues]}
+    report: dict[str, Any] = {
+        "namespace": settings.crawl_namespace,
+        "queue_source": source,
+        "queues": [asdict(q) for q in queues],
+    }
     with db.translate(settings), db.connect(settings, autocommit=True) as conn:
         row = conn.execute(TABLES_EXIST).fetchone()
         has_tables = bool(row and row[0])
@@ -189,46 +261,8 @@ def gather(settings: Settings, run_id: str | None, get: HttpGet | None = None) -
             figures = run_figures(settings, conn, run_id) if has_tables else empty
             report["run"] = {"run_id": run_id, **figures}
         report["activity"] = recent_activity(conn, run_id) if has_tables else None
-    if run_id is not None:
-        report["run"]["counters"] = run_counters(settings, run_id)
+    add_redis_figures(settings, report, run_id)
     return report
-
-
-def render(report: dict[str, Any]) -> str:
-    source = "management API" if report["queue_source"] == "management" else "passive declare"
-    lines = [f"queues (from the {source})"]
-    rows = [("queue", "role", "ready", "unacked", "consumers")]
-    for q in report["queues"]:
-        figures = [_shown(q[k]) for k in ("ready", "unacked", "consumers")]
-        rows.append((q["name"], q["role"], *(figures if q["exists"] else ["missing", "", ""])))
-    lines += _table(rows)
-    if report.get("activity"):
-        lines += ["", *render_activity(report["activity"])]
-    if "run" in report:
-        run = report["run"]
-        lines += ["", f"run {run['run_id']}"]
-        lines.append(f"  pages stored   {run['pages']}")
-        lines.append(f"  dead letters   {_pairs(run['dead_letters']) or 0}")
-        lines.append(f"  replayed       {run['replayed']}")
-        lines.append(f"  skips          {_pairs(run['skips']) or 0}")
-        lines.append(f"  counters       {_pairs(run['counters']) or '(none)'}")
-    else:
-        lines += ["", "latest runs"]
-        header = ("run", "pages", "dead", "skips", "last activity")
-        lines += _table(
-            [header]
-            + [
-                (
-                    r["run_id"] or "(no run id)",
-                    str(r["pages"]),
-                    str(r["dead_letters"]),
-                    str(r["skips"]),
-                    r["last_activity"],
-                )
-                for r in report["runs"]
-            ]
-        )
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -259,8 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def watch(settings: Settings, run_id: str | None, interval_s: float, out: TextIO = sys.stdout) -> int:
     """Redraw the view every `interval_s` until Ctrl-C, which is how it is meant to end: exit 0.
 
-    A service that cannot be reached is shown in place of the view and asked again at the next
-    redraw, so a watch survives a broker restart.
+    Each frame is fitted to the terminal (80×24 when the output is not one), and ends without a
+    newline, so that nothing scrolls. A service that cannot be reached is shown in place of the
+    view and asked again at the next redraw, so a watch survives a broker restart.
 
     Ctrl-C sets a flag rather than raising KeyboardInterrupt into whatever runs at that moment:
     raised inside one of the client libraries gathering the view, it could be lost there (one
@@ -275,12 +310,14 @@ def watch(settings: Settings, run_id: str | None, interval_s: float, out: TextIO
     previous = signal.signal(signal.SIGINT, request_stop)
     try:
         while not stopping:
-            try:
-                view = render(gather(settings, run_id))
-            except ServiceUnavailable as exc:
-                view = f"error: {exc}"
             stamp = datetime.now().strftime("%H:%M:%S")
-            out.write(f"{CLEAR_SCREEN}{view}\n\n{stamp}  every {interval_s:g} s, Ctrl-C to stop\n")
+            footer = f"{stamp}  every {interval_s:g} s, Ctrl-C to stop"
+            size = shutil.get_terminal_size(SCREEN_FALLBACK)
+            try:
+                shown = frame(gather(settings, run_id), footer, (size.columns, size.lines))
+            except ServiceUnavailable as exc:
+                shown = f"{CLEAR_SCREEN}{clip(f'error: {exc}', size.columns)}\n\n{footer}"
+            out.write(shown)
             out.flush()
             deadline = time.monotonic() + interval_s
             while not stopping and (left := deadline - time.monotonic()) > 0:
@@ -303,41 +340,8 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _management_getter(settings: Settings) -> HttpGet:
-    auth = (_amqp_part(settings, "user"), _amqp_part(settings, "password"))
-
-    def get(url: str) -> Any:
-        response = requests.get(url, auth=auth, timeout=MANAGEMENT_TIMEOUT_S)
-        response.raise_for_status()
-        return response.json()
-
-    return get
-
-
-def _amqp_part(settings: Settings, part: str) -> str:
-    """User, password or vhost of AMQP_URL, with the AMQP defaults (guest, guest, '/')."""
-    url = urlsplit(settings.amqp_url)
-    if part == "vhost":
-        return unquote(url.path[1:]) if len(url.path) > 1 else "/"
-    value = url.username if part == "user" else url.password
-    return unquote(value) if value else "guest"
-
-
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _shown(value: int | None) -> str:
-    return "?" if value is None else str(value)
-
-
-def _pairs(counts: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in counts.items())
-
-
-def _table(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 if __name__ == "__main__":

@@ -2,20 +2,25 @@
 
     producer ──new.<kind>──▶ <ns>.work (topic) ──*.<kind>──▶ <ns>.priority | <ns>.ttl | <ns>.bulk
                                    ▲                                   │ reject / expire
-    worker ──d<ms>.<kind>──▶ <ns>.retry (topic) ──▶ <ns>.retry.<ms>ms ─┘ (TTL, then back to work)
+    worker ──d<ms>.<kind>──▶ <ns>.retry (topic) ──▶ <ns>.retry.<ms>ms ─┤ (TTL, then back to work)
+    worker ──d<ms>.<kind>──▶ <ns>.defer (topic) ──▶ <ns>.defer.<ms>ms ─┘ (TTL, then back to work)
                                                                        ▼
     worker (3rd failure) ─────────────────────────────▶ <ns>.dlx (fanout) ──▶ <ns>.dead ──▶ dlq_consumer
                                                                     │ (recording failed)
                                                         <ns>.parked (fanout) ──▶ <ns>.parked
 
-A retried URL waits in the delay queue for its delay length, then the broker dead-letters it
-into the work exchange with its routing key unchanged, and `*.<kind>` sends it back to the queue
-it came from. There is one delay queue per delay length because expired messages leave a
-classic queue head first: a long delay at the head would hold back short ones behind it.
+A retried URL (it failed) waits in a retry queue, a deferred URL (its domain could not take it
+yet: rate limit, pause, concurrency, robots.txt being fetched; nothing failed) in a defer queue.
+Both kinds are delay queues: after its delay the broker dead-letters the message into the work
+exchange with its routing key unchanged, and `*.<kind>` sends it back to the queue it came
+from. They are kept apart so that the broker's figures tell waiting for politeness from
+failing. There is one delay queue per delay length because expired messages leave a classic
+queue head first: a long delay at the head would hold back short ones behind it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +28,8 @@ from shared.messages import QUEUE_KINDS
 from shared.settings import Settings
 
 MAX_MESSAGE_PRIORITY = 5
-# Rate-limit deferrals reuse the delay queues; these lengths are always declared.
+# The defer queues' delays. A deferral waits for the shortest of them at least as long as the
+# wait the domain asked for (or the longest).
 DEFERRAL_DELAYS_S = (1.0, 5.0, 30.0)
 # Deliveries before a crash-looping URL is dead, counted by the worker (worker/poison.py) and
 # only for messages it was fetching when it died.
@@ -48,6 +54,10 @@ def retry_exchange(ns: str) -> str:
     return f"{ns}.retry"
 
 
+def defer_exchange(ns: str) -> str:
+    return f"{ns}.defer"
+
+
 def dead_letter_exchange(ns: str) -> str:
     return f"{ns}.dlx"
 
@@ -70,7 +80,32 @@ def parked_queue(ns: str) -> str:
 
 
 def delay_queue(ns: str, delay_ms: int) -> str:
+    """The retry queue of one delay length: URLs that failed and will be tried again."""
     return f"{ns}.retry.{delay_ms}ms"
+
+
+def defer_queue(ns: str, delay_ms: int) -> str:
+    """The defer queue of one delay length: URLs waiting for their domain, not failed."""
+    return f"{ns}.defer.{delay_ms}ms"
+
+
+# The role of each queue name (queue_role), as status shows it.
+WORK, RETRY, DEFER, DEAD, PARKED = "work", "retry", "defer", "dead", "parked"
+_DELAY_NAME = re.compile(r"(retry|defer)\.([0-9]+)ms")
+
+
+def queue_role(ns: str, name: str) -> str | None:
+    """work | retry | defer | dead | parked for a queue of namespace `ns`; None for any other
+    name, a queue of a longer namespace (`<ns>.x.bulk`) included."""
+    if not name.startswith(f"{ns}."):
+        return None
+    rest = name[len(ns) + 1 :]
+    if rest in QUEUE_KINDS:
+        return WORK
+    if rest in (DEAD, PARKED):
+        return rest
+    delay = _DELAY_NAME.fullmatch(rest)
+    return delay.group(1) if delay else None
 
 
 def new_task_routing_key(kind: str) -> str:
@@ -99,21 +134,31 @@ class Topology:
     namespace: str
     exchanges: tuple[Exchange, ...]
     queues: tuple[Queue, ...]
-    delays_ms: tuple[int, ...]
+    delays_ms: tuple[int, ...]  # of the retry queues
+    defer_delays_ms: tuple[int, ...] = tuple(int(s * 1000) for s in DEFERRAL_DELAYS_S)
 
     def work_queues(self) -> list[str]:
         return [work_queue(self.namespace, kind) for kind in QUEUE_KINDS]
 
     def delay_ms_for(self, seconds: float) -> int:
-        """The shortest declared delay at least `seconds` long (or the longest there is)."""
-        wanted = int(seconds * 1000)
-        return next((d for d in self.delays_ms if d >= wanted), self.delays_ms[-1])
+        """The shortest retry delay at least `seconds` long (or the longest there is)."""
+        return _at_least(self.delays_ms, seconds)
+
+    def defer_delay_ms_for(self, seconds: float) -> int:
+        """The shortest defer delay at least `seconds` long (or the longest there is)."""
+        return _at_least(self.defer_delays_ms, seconds)
+
+
+def _at_least(delays_ms: tuple[int, ...], seconds: float) -> int:
+    wanted = int(seconds * 1000)
+    return next((d for d in delays_ms if d >= wanted), delays_ms[-1])
 
 
 def build_topology(settings: Settings) -> Topology:
     ns = settings.crawl_namespace
     dlx = dead_letter_exchange(ns)
-    delays_ms = tuple(sorted({int(s * 1000) for s in (*settings.retry_delays_s, *DEFERRAL_DELAYS_S)}))
+    delays_ms = tuple(sorted({int(s * 1000) for s in settings.retry_delays_s}))
+    defer_delays_ms = tuple(sorted({int(s * 1000) for s in DEFERRAL_DELAYS_S}))
 
     def classic(args: dict[str, Any]) -> dict[str, Any]:
         return {**args, **CLASSIC_QUEUE_ARGUMENTS}
@@ -174,14 +219,24 @@ def build_topology(settings: Settings) -> Topology:
                 ((retry_exchange(ns), f"d{delay}.*"),),
             )
         )
+    for delay in defer_delays_ms:
+        queues.append(
+            Queue(
+                defer_queue(ns, delay),
+                replicated({"x-message-ttl": delay, "x-dead-letter-exchange": work_exchange(ns)}),
+                ((defer_exchange(ns), f"d{delay}.*"),),
+            )
+        )
     return Topology(
         namespace=ns,
         exchanges=(
             Exchange(work_exchange(ns), "topic"),
             Exchange(retry_exchange(ns), "topic"),
+            Exchange(defer_exchange(ns), "topic"),
             Exchange(dlx, "fanout"),
             Exchange(parked_exchange(ns), "fanout"),
         ),
         queues=tuple(queues),
         delays_ms=delays_ms,
+        defer_delays_ms=defer_delays_ms,
     )

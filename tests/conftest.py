@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from shared import management
 from shared.settings import Settings
 from shared.teardown import remove_pipeline
 
@@ -38,3 +39,15 @@ def settings() -> Iterator[Settings]:
 def cleanup(settings: Settings) -> None:
     """Delete the queues, exchanges, keys and schema made under these settings' names."""
     remove_pipeline(settings)
+
+
+@pytest.fixture
+def management_api(settings: Settings) -> management.HttpGet:
+    """A getter for the RabbitMQ management API; the test is skipped, saying why, when the API
+    does not answer (`make test` enables the plugin first: tests/prepare.py)."""
+    if not management.answers(settings):
+        pytest.skip(
+            f"the RabbitMQ management API at {settings.rabbitmq_management_url} does not answer; "
+            "enable it with `rabbitmq-plugins enable rabbitmq_management` (`make test` does)"
+        )
+    return management.getter(settings)

@@ -11,6 +11,7 @@ from shared import db
 from shared.cli import configure_logging, exit_code_of, run_main
 from shared.consumer import Subscription, run_consumers
 from shared.metrics import start_metrics_server
+from shared.presence import announced
 from shared.settings import Settings
 from shared.topology import work_queue
 from worker.deferred_writes import flush
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_pool(
         settings.worker_processes,
         lambda index: exit_code_of("worker", lambda: serve(pool_member(settings, index), schema_ready=True)),
+        name_of=lambda index: f"worker {settings.worker_id}-{index}",
     )
 
 
@@ -87,16 +89,17 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     ]
     log.info("worker %s starting with %d fetches in flight", settings.worker_id, settings.fetch_concurrency)
     try:
-        code = run_consumers(
-            settings,
-            "worker",
-            subscriptions,
-            handler,
-            settings.fetch_concurrency,
-            # The Redis writes a page leaves for the thread's next command go out when no
-            # message is waiting for it (worker/deferred_writes.py).
-            when_idle=lambda: flush(client),
-        )
+        with announced(settings):  # status lists the worker while it runs
+            code = run_consumers(
+                settings,
+                "worker",
+                subscriptions,
+                handler,
+                settings.fetch_concurrency,
+                # The Redis writes a page leaves for the thread's next command go out when no
+                # message is waiting for it (worker/deferred_writes.py).
+                when_idle=lambda: flush(client),
+            )
     finally:
         if isinstance(handler.store, ResultStore):
             handler.store.close()

@@ -3,10 +3,10 @@
 Free of pika: it returns what to publish and whether to ack, and the shared consumer loop does
 it. The order of work for a URL: decode → robots.txt (skip if disallowed) → response cache
 (fresh: done; stale: revalidate) → domain gate (rate, concurrency, pause) → fetch → parse →
-commit → (ack). Transient failures go to a delay queue with the attempt count in our own
+commit → (ack). Transient failures go to a retry queue with the attempt count in our own
 header; the last allowed failure, or a permanent one, goes to the dead-letter exchange. A URL
-the domain cannot take now (TryLater) goes to a delay queue without being charged an attempt:
-never dropped, never acked unprocessed.
+the domain cannot take now (TryLater) goes to a defer queue, apart from the retries, without
+being charged an attempt: never dropped, never acked unprocessed.
 """
 
 from __future__ import annotations
@@ -34,8 +34,15 @@ from shared.errors import (
     TransientError,
 )
 from shared.messages import CrawlTask, Failure, Progress
+from shared.runstate import CANCELLED, PAUSED, held_exchange
 from shared.settings import Settings
-from shared.topology import Topology, dead_letter_exchange, delay_routing_key, retry_exchange
+from shared.topology import (
+    Topology,
+    dead_letter_exchange,
+    defer_exchange,
+    delay_routing_key,
+    retry_exchange,
+)
 from shared.urls import domain_of
 from worker.handled import HandledMarks
 from worker.html_builder import new_soup
@@ -97,6 +104,12 @@ class Robots(Protocol):
     def rules_for(self, url: str, fetch: Callable[[str], RobotsAnswer]) -> RobotsRules: ...
 
 
+class RunStates(Protocol):
+    """shared.runstate.RunStates: running, paused or cancelled, cached for a second."""
+
+    def state(self, run_id: str) -> str: ...
+
+
 class Store(Protocol):
     def save_page_later(self, row: PageRow, committed: Callable[[BaseException | None], None]) -> None: ...
 
@@ -116,6 +129,7 @@ class CrawlHandler:
     delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
     handled: HandledMarks | None = None  # skips a second copy of a URL already settled
+    run_states: RunStates | None = None  # paused and cancelled runs (shared/runstate.py)
 
     def __post_init__(self) -> None:
         self._local = threading.local()
@@ -145,6 +159,12 @@ class CrawlHandler:
         except DecodeError as exc:
             log.warning("undecodable message on %s: %s", delivery.queue, exc.detail)
             return self._dead_letter(delivery.body, delivery.queue, progress, exc)
+        if self.run_states is not None:
+            state = self.run_states.state(task.run_id)
+            if state == PAUSED:
+                return self._hold(delivery.body, task, progress)
+            if state == CANCELLED:
+                return self._skip(task, "cancelled", "the run was cancelled by an operator")
         try:
             with metrics.FETCHES_IN_FLIGHT.track_inprogress():
                 return self._crawl(task, progress)
@@ -305,14 +325,28 @@ class CrawlHandler:
 
     def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:
         """The domain cannot take the URL for longer than we wait in-process: back through a
-        delay queue, with no attempt charged. The message is acked only once its copy is confirmed."""
-        delay_ms = self.topology.delay_ms_for(later.wait_s)
+        defer queue, with no attempt charged. The message is acked only once its copy is confirmed."""
+        delay_ms = self.topology.defer_delay_ms_for(later.wait_s)
         log.debug("deferring %s by %dms (%s)", task.url, delay_ms, later.reason)
-        metrics.RATE_LIMIT_DEFERRALS.labels(later.reason).inc()
+        metrics.DEFERRALS.labels(later.reason).inc()
         return Outcome.forward(
             Publication(
-                retry_exchange(self.topology.namespace),
+                defer_exchange(self.topology.namespace),
                 delay_routing_key(delay_ms, task.queue),
+                body,
+                progress.to_headers(),
+                task.priority or None,
+            )
+        )
+
+    def _hold(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome:
+        """A paused run's URL goes, once, to the run's hold queue, where nothing consumes it
+        until `resume` moves it back; acked once its copy there is confirmed."""
+        log.debug("holding %s: run %s is paused", task.url, task.run_id)
+        return Outcome.forward(
+            Publication(
+                held_exchange(self.topology.namespace),
+                task.run_id,
                 body,
                 progress.to_headers(),
                 task.priority or None,

@@ -9,7 +9,7 @@ Per domain, shared by every worker through Redis (docs/POLITENESS.md):
 
 `DomainGate.call(domain, send)` waits for a slot (in-process when the wait is short), sends,
 and reports throttling answers back to the shared state. When the wait would be long it raises
-TryLater, which is not a failure: the handler sends the URL back through a delay queue without
+TryLater, which is not a failure: the handler sends the URL back through a defer queue without
 charging it an attempt.
 """
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from shared import metrics
 from shared.errors import ConfigError, TransientError
 from shared.settings import Settings
 
@@ -223,25 +224,29 @@ class DomainGate:
         """Send once the domain allows; raise TryLater if that is more than a short wait away."""
         policy = self._config.policy_for(domain)
         rate = policy.rate_per_s(crawl_delay_s)
-        reservation = self._admit(domain, rate, policy.max_concurrent)
+        waited = _Waits(self._sleep)
+        reservation = Reservation(0.0, False)
         try:
+            reservation = self._admit(domain, rate, policy.max_concurrent, waited)
             if reservation.wait_s > 0:
-                self._sleep(reservation.wait_s)
+                waited.sleep(reservation.wait_s)
             # Requests leave a whole interval apart even when one of them woke late.
             if not reservation.cleared:
-                self._clear_to_send(domain, RATE_HEADROOM / rate * reservation.backoff)
+                self._clear_to_send(domain, RATE_HEADROOM / rate * reservation.backoff, waited)
+            waited.count()
             result = send()
         except Throttled as exc:
             self._throttled(domain, exc, rate)
             raise
         finally:
+            waited.count()  # a wait that ended in TryLater was a wait too
             if reservation.lease:
                 self._limiter.release(domain, reservation.lease)
         if reservation.backoff > 1.0:
             self._limiter.speed_up(domain)
         return result
 
-    def _admit(self, domain: str, rate: float, max_concurrent: int) -> Reservation:
+    def _admit(self, domain: str, rate: float, max_concurrent: int, waited: _Waits) -> Reservation:
         deadline = self._clock() + self._max_inline_wait_s
         while True:
             remaining = max(0.0, deadline - self._clock())
@@ -261,9 +266,9 @@ class DomainGate:
             if remaining <= 0:
                 raise TryLater(BUSY_RETRY_S, "busy")
             # All the domain's concurrency slots are taken; one usually frees within a fetch.
-            self._sleep(min(BUSY_POLL_S, remaining))
+            waited.sleep(min(BUSY_POLL_S, remaining))
 
-    def _clear_to_send(self, domain: str, spacing_s: float) -> None:
+    def _clear_to_send(self, domain: str, spacing_s: float, waited: _Waits) -> None:
         """Wait, briefly, until the previous request to the domain is far enough behind us."""
         for _ in range(MAX_SPACING_WAITS):
             cleared, wait_s, reason = self._limiter.clear_to_send(domain, spacing_s)
@@ -271,7 +276,7 @@ class DomainGate:
                 return
             if reason == "paused":  # a 429 arrived while we slept towards our slot
                 raise TryLater(wait_s, "paused")
-            self._sleep(wait_s)
+            waited.sleep(wait_s)
         raise TryLater(0.0, "spacing")
 
     def _throttled(self, domain: str, exc: Throttled, rate: float) -> None:
@@ -284,3 +289,23 @@ class DomainGate:
             log.warning(
                 "%s answered %s without Retry-After: interval now x%.2f", domain, exc.http_status, multiplier
             )
+
+
+class _Waits:
+    """The in-process waits of one request at the gate, counted once in the rate-limit wait
+    metrics however many sleeps (busy polls, the slot, the spacing) they took."""
+
+    def __init__(self, sleep: Callable[[float], None]) -> None:
+        self._sleep = sleep
+        self.seconds = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.seconds += seconds
+        self._sleep(seconds)
+
+    def count(self) -> None:
+        """Once the waiting is over (and again on the way out, which then adds nothing)."""
+        if self.seconds > 0:
+            metrics.RATE_LIMIT_WAITS.inc()
+            metrics.RATE_LIMIT_WAIT_SECONDS.inc(self.seconds)
+            self.seconds = 0.0

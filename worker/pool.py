@@ -7,10 +7,13 @@ and share those pages until they write to them. On a machine with several cores 
 container (or one systemd unit) in place of N.
 
 The parent only supervises. It forwards SIGTERM and SIGINT to the workers, which finish their
-messages in flight as a lone worker does. When one worker ends for any reason, the parent stops
-the others and exits with that worker's code (128 + the signal for a worker killed by one): the
-pool lives and dies as one, so a restart policy sees a failure exactly as it would from a
-single worker, and the broker gives back whatever the stopped workers held.
+messages in flight as a lone worker does. A worker that ends on its own (killed, out of memory,
+a crash) is forked again after a pause that grows with each death (shared/supervision.py);
+the broker has already given back whatever it held, and the others go on working meanwhile. A
+worker that keeps dying (more than 5 times within 60 s: a setting or a service that a restart
+will not fix) is not forked again: the parent logs one line naming it, stops the others and
+exits with that worker's code (128 + the signal for a worker killed by one), so that a restart
+policy around the pool (compose, Kubernetes, systemd) sees the failure.
 """
 
 from __future__ import annotations
@@ -22,20 +25,32 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
+
+from shared.supervision import RestartPolicy
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+_REAP_POLL_S = 0.1  # how often the parent looks for ended workers and workers due to start
 
 
-def run_pool(processes: int, serve: Callable[[int], int]) -> int:
-    """Fork `processes` workers, each running serve(its index); wait for them; return the code."""
+def run_pool(
+    processes: int,
+    serve: Callable[[int], int],
+    name_of: Callable[[int], str] = lambda index: f"worker {index}",
+    policy: Callable[[], RestartPolicy] = RestartPolicy,
+) -> int:
+    """Fork `processes` workers, each running serve(its index), and keep them running until a
+    stop signal (or one of them keeps crashing); return the exit code."""
     # Objects made so far (the imported modules) are never collected: frozen, the collector in
     # each worker leaves them alone instead of touching, and so copying, their shared pages.
     gc.freeze()
     children: dict[int, int] = {}  # pid -> index
+    policies = {index: policy() for index in range(processes)}
+    restart_at: dict[int, float] = {}  # index -> monotonic time of its next fork
     stopping = False
 
     def stop_all(signum: int = signal.SIGTERM, _frame: object = None) -> None:
@@ -48,7 +63,8 @@ def run_pool(processes: int, serve: Callable[[int], int]) -> int:
     parent = os.getpid()
     signal.signal(signal.SIGTERM, stop_all)
     signal.signal(signal.SIGINT, stop_all)
-    for index in range(processes):
+
+    def fork(index: int) -> None:
         # Held back across the fork: a stop arriving now waits until the parent knows this
         # worker's pid, and until the worker has put back the default handlers (it must not
         # run the parent's, which would stop its siblings).
@@ -58,18 +74,57 @@ def run_pool(processes: int, serve: Callable[[int], int]) -> int:
             os._exit(_serve_in_child(index, parent, serve))  # never back into the parent's frames
         children[pid] = index
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+    for index in range(processes):
+        fork(index)
     log.info("worker pool of %d processes started: %s", processes, ", ".join(map(str, children)))
     code = 0
-    while children:
-        pid, status = os.wait()  # retried by Python when a signal handler ran
+    while children or (restart_at and not stopping):
+        if not stopping:
+            for index, at in list(restart_at.items()):
+                if time.monotonic() >= at:
+                    del restart_at[index]
+                    fork(index)
+                    log.info("%s started again", name_of(index))
+        pid, status = _reap()
+        if pid == 0:
+            time.sleep(_REAP_POLL_S)
+            continue
         index = children.pop(pid)
         exit_code = os.waitstatus_to_exitcode(status)
         worker_code = 128 - exit_code if exit_code < 0 else exit_code
-        if not stopping:
-            log.error("worker %d (pid %d) ended with code %d; stopping the pool", index, pid, worker_code)
+        if stopping:
+            code = code or worker_code
+            continue
+        delay = policies[index].after_exit()
+        if delay is None:
+            log.error(
+                "%s keeps dying (%s, last with code %d): not starting it again, and stopping the "
+                "pool; its own lines in this log, just above, say why",
+                name_of(index),
+                policies[index].describe_giving_up(),
+                worker_code,
+            )
+            code = worker_code
             stop_all()
-        code = code or worker_code
+            continue
+        log.warning(
+            "%s (pid %d) ended with code %d; starting it again in %.1f s",
+            name_of(index),
+            pid,
+            worker_code,
+            delay,
+        )
+        restart_at[index] = time.monotonic() + delay
     return code
+
+
+def _reap() -> tuple[int, int]:
+    """(pid, wait status) of a child that ended, or (0, 0) when none has."""
+    try:
+        return os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:  # no children left right now (all waiting to be forked again)
+        return 0, 0
 
 
 def _serve_in_child(index: int, parent: int, serve: Callable[[int], int]) -> int:

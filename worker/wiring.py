@@ -15,6 +15,7 @@ from shared.errors import TaskError
 from shared.keys import Keys
 from shared.netguard import check_url, guarded_session
 from shared.redis_errors import translate_redis_errors
+from shared.runstate import RunStates
 from shared.settings import Settings
 from shared.topology import build_topology
 from shared.urls import fingerprint
@@ -209,4 +210,6 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         profiles=load_profiles(settings.extraction_profiles_file),
         delivery_limit=DeliveryLimit(client, keys, settings.crawl_namespace, settings.worker_id),
         handled=HandledMarks(client, keys),
+        # Its GET, once a second per run, carries the thread's held writes like any other.
+        run_states=RunStates(client, keys),
     )

@@ -1,8 +1,9 @@
 """Fixtures of the fault scenarios: their size, the local site, the services as processes, and
 the figures each scenario reports.
 
-FAULTS_SIZE=small (the default, run by `make test`) keeps each scenario within about a minute;
-FAULTS_SIZE=large (`make faults`) runs the sizes docs/RELIABILITY.md reports.
+FAULTS_SIZE=small (the default of `make faults`) keeps each scenario within about a minute;
+FAULTS_SIZE=large (`make faults FAULTS_SIZE=large`) runs the sizes docs/RELIABILITY.md reports.
+`make test` and a bare `pytest` never run them (pyproject.toml).
 """
 
 from __future__ import annotations

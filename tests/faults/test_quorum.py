@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
 ALWAYS_500 = 5
 
 
+@pytest.mark.usefixtures("management_api")  # queue types are read from it; skipped, saying why, without
 def test_quorum_queues_declare_and_carry_a_crawl_with_a_delivery_limit(
     settings: Settings,
     env: Callable[..., dict[str, str]],

@@ -20,6 +20,7 @@ from dlq_consumer.record import record_from_delivery
 from shared import broker, db
 from shared.consumer import Delivery
 from shared.keys import Keys
+from shared.management import HttpGet
 from shared.messages import CrawlTask, Failure
 from shared.settings import Settings
 from shared.status import CLEAR_SCREEN, gather
@@ -102,9 +103,10 @@ def depths(report: dict[str, Any]) -> dict[str, tuple[Any, Any, Any]]:
     return {q["name"]: (q["ready"], q["unacked"], q["consumers"]) for q in report["queues"]}
 
 
-def assert_run_figures(report: dict[str, Any]) -> None:
+def assert_run_figures(report: dict[str, Any], settings: Settings) -> None:
     assert report["run"] == {
         "run_id": RUN,
+        "redis_prefix": settings.redis_prefix,
         "pages": 4,
         "dead_letters": {"expired": 2, "http_404": 1},
         "replayed": 1,
@@ -113,7 +115,9 @@ def assert_run_figures(report: dict[str, Any]) -> None:
     }
 
 
-def test_json_report_matches_the_management_api_and_the_database(seeded: Settings) -> None:
+def test_json_report_matches_the_management_api_and_the_database(
+    seeded: Settings, management_api: HttpGet
+) -> None:
     ns = seeded.crawl_namespace
     bulk, priority = work_queue(ns, "bulk"), work_queue(ns, "priority")
     # The management API refreshes its figures every few seconds: wait until it has caught up.
@@ -132,7 +136,7 @@ def test_json_report_matches_the_management_api_and_the_database(seeded: Setting
     assert queues[priority] == (1, 0, 0)
     assert {q["name"] for q in report["queues"]} == {q.name for q in build_topology(seeded).queues}
     assert all(q["exists"] for q in report["queues"])
-    assert_run_figures(report)
+    assert_run_figures(report, seeded)
 
 
 def test_without_the_management_api_depths_come_from_the_broker(seeded: Settings) -> None:
@@ -144,7 +148,7 @@ def test_without_the_management_api_depths_come_from_the_broker(seeded: Settings
     ns = seeded.crawl_namespace
     assert depths(report)[work_queue(ns, "bulk")] == (3, None, 0)
     assert depths(report)[work_queue(ns, "ttl")] == (0, None, 0)
-    assert_run_figures(report)
+    assert_run_figures(report, seeded)
 
 
 def test_without_a_run_the_latest_runs_are_listed(seeded: Settings) -> None:
@@ -188,7 +192,8 @@ ACTIVE = "run-live"
 def active(settings: Settings) -> Settings:
     """Pages stamped relative to the database's clock: in the last minute 20 on a.example by w1
     and 10 on b.example by w2 (6 of them in another run); 90 s ago 12 on c.example by w3; ten
-    minutes ago 5 by w4. Dead letters: 2 http_500 and 1 replayed timeout."""
+    minutes ago 5 by w4. Dead letters: 2 http_500 and 1 replayed timeout, and 1 http_404 recorded
+    ten minutes ago."""
     db.ensure_schema(settings)
     batches = (  # (count, host, worker, seconds ago, run)
         (20, "a.example", "w1", 10, ACTIVE),
@@ -211,6 +216,12 @@ def active(settings: Settings) -> Settings:
             delivery = Delivery("dead", body, Failure(reason).to_headers(), redelivered=False)
             store.upsert(conn, record_from_delivery(delivery, settings.crawl_namespace))
         conn.execute("UPDATE dead_letters SET state = 'replayed' WHERE reason = 'timeout'")
+        body = CrawlTask(url="https://a.example/old", run_id=ACTIVE, queue="bulk").encode()
+        delivery = Delivery("dead", body, Failure("http_404").to_headers(), redelivered=False)
+        store.upsert(conn, record_from_delivery(delivery, settings.crawl_namespace))
+        conn.execute(
+            "UPDATE dead_letters SET last_failed_at = now() - interval '10 minutes' WHERE reason = 'http_404'"
+        )
     return settings
 
 
@@ -225,9 +236,9 @@ def test_json_report_has_the_recent_activity_of_every_run(active: Settings) -> N
         {"domain": "a.example", "pages": 20},
         {"domain": "b.example", "pages": 10},
     ]
-    workers = {w["worker_id"]: w["pages"] for w in activity["workers"]}
-    assert workers == {"w1": 20, "w2": 10, "w3": 12}  # w4 last stored a page ten minutes ago
-    assert activity["dead_letters"] == {"http_500": 2}
+    # w3 stored its pages 90 s ago, w4 ten minutes ago: outside the window
+    assert activity["pages_by_worker"] == {"w1": 20, "w2": 10}
+    assert activity["dead_letters"] == {"http_500": 2}  # not the http_404 of ten minutes ago
 
 
 def test_with_a_run_the_activity_is_that_runs(active: Settings) -> None:
@@ -238,7 +249,7 @@ def test_with_a_run_the_activity_is_that_runs(active: Settings) -> None:
     assert activity["pages_in_window"] == 24
     assert activity["pages_per_s"] == 0.4
     assert [d["pages"] for d in activity["top_domains"]] == [20, 4]
-    assert {w["worker_id"]: w["pages"] for w in activity["workers"]} == {"w1": 20, "w2": 4, "w3": 12}
+    assert activity["pages_by_worker"] == {"w1": 20, "w2": 4}
 
 
 def test_watch_redraws_until_ctrl_c_and_exits_0(active: Settings) -> None:
@@ -246,6 +257,9 @@ def test_watch_redraws_until_ctrl_c_and_exits_0(active: Settings) -> None:
         **os.environ,
         "PG_SCHEMA": active.pg_schema,
         "CRAWL_NAMESPACE": active.crawl_namespace,
+        "REDIS_PREFIX": active.redis_prefix,
+        "COLUMNS": "80",  # the frame is fitted to the terminal; these stand in for one
+        "LINES": "24",
         "DATABASE_URL": active.database_url,
         "RABBITMQ_MANAGEMENT_URL": CLOSED_PORT_HTTP,
     }
@@ -272,6 +286,10 @@ def test_watch_redraws_until_ctrl_c_and_exits_0(active: Settings) -> None:
     assert "Traceback" not in err
     frames = "".join([*shown, rest]).split(CLEAR_SCREEN)[1:]
     assert len(frames) >= 3
-    for frame in frames:
+    for frame in frames[:-1]:  # the last one may have been cut short by Ctrl-C
         assert "pages/s        0.50  (30 pages)" in frame
-        assert "w3  12 pages" in frame
+        assert "dead letters   http_500=2" in frame
+        assert "workers running: none" in frame
+        lines = frame.split("\n")
+        assert len(lines) <= 24, frame
+        assert max(map(len, lines)) <= 80, frame

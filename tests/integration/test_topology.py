@@ -7,10 +7,10 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-import requests
 
 from shared import broker
 from shared.errors import ConfigError
+from shared.management import HttpGet, api_url
 from shared.settings import Settings
 from shared.topology import (
     MAX_MESSAGE_PRIORITY,
@@ -34,15 +34,11 @@ def declare(settings: Settings) -> None:
             connection.close()
 
 
-def queue_arguments(settings: Settings, name: str) -> dict[str, Any]:
+def queue_arguments(settings: Settings, get: HttpGet, name: str) -> dict[str, Any]:
     """The arguments the broker holds for a queue, from the management API."""
-    url = f"{settings.rabbitmq_management_url}/api/queues/{quote('/', safe='')}/{quote(name, safe='')}"
-    try:
-        response = requests.get(url, auth=("guest", "guest"), timeout=5)
-    except requests.ConnectionError:
-        pytest.skip("the RabbitMQ management API is not enabled")
-    response.raise_for_status()
-    arguments: dict[str, Any] = response.json()["arguments"]
+    arguments: dict[str, Any] = get(
+        api_url(settings, f"queues/{quote('/', safe='')}/{quote(name, safe='')}")
+    )["arguments"]
     return arguments
 
 
@@ -58,24 +54,33 @@ def test_declaring_twice_on_a_fresh_namespace_succeeds(settings: Settings) -> No
     connection.close()
 
 
-def test_every_queue_holds_the_arguments_we_declared(settings: Settings) -> None:
+def test_every_queue_holds_the_arguments_we_declared(settings: Settings, management_api: HttpGet) -> None:
     declare(settings)
     ns = settings.crawl_namespace
     topology = build_topology(settings)
 
     for queue in topology.queues:
-        assert queue_arguments(settings, queue.name) == queue.arguments
+        assert queue_arguments(settings, management_api, queue.name) == queue.arguments
 
-    ttl_args = queue_arguments(settings, work_queue(ns, "ttl"))
+    ttl_args = queue_arguments(settings, management_api, work_queue(ns, "ttl"))
     assert ttl_args["x-message-ttl"] == int(settings.ttl_queue_expiry_s * 1000)
     assert ttl_args["x-dead-letter-exchange"] == dead_letter_exchange(ns)
-    assert queue_arguments(settings, work_queue(ns, "priority"))["x-max-priority"] == MAX_MESSAGE_PRIORITY
+    assert (
+        queue_arguments(settings, management_api, work_queue(ns, "priority"))["x-max-priority"]
+        == MAX_MESSAGE_PRIORITY
+    )
     for delay_ms in topology.delays_ms:
-        delay_args = queue_arguments(settings, f"{ns}.retry.{delay_ms}ms")
+        delay_args = queue_arguments(settings, management_api, f"{ns}.retry.{delay_ms}ms")
         assert delay_args["x-message-ttl"] == delay_ms
         assert delay_args["x-dead-letter-exchange"] == work_exchange(ns)
+    for delay_ms in topology.defer_delays_ms:
+        defer_args = queue_arguments(settings, management_api, f"{ns}.defer.{delay_ms}ms")
+        assert defer_args["x-message-ttl"] == delay_ms
+        assert defer_args["x-dead-letter-exchange"] == work_exchange(ns)
     # A dead letter the consumer cannot record is parked, never dropped.
-    assert queue_arguments(settings, dead_letter_queue(ns))["x-dead-letter-exchange"] == parked_exchange(ns)
+    assert queue_arguments(settings, management_api, dead_letter_queue(ns))[
+        "x-dead-letter-exchange"
+    ] == parked_exchange(ns)
 
 
 def test_a_changed_ttl_is_a_config_error_naming_the_way_out(settings: Settings) -> None:

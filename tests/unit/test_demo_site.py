@@ -386,3 +386,25 @@ def test_runner_reports_a_site_that_cannot_start_in_one_line(tmp_path: Path) -> 
             serve_demo_site(tmp_path, env, "--hosts", "127.0.0.2", "--port", port),
         ):
             pass
+
+
+def test_disallowed_pages_and_invalid_entries_are_listed_when_asked_for() -> None:
+    """The compose demo asks for both, so that a crawl of it records skips and refuses URLs."""
+    config = SiteConfig(port=8431, disallowed_per_host=1, invalid_entries=2)
+    state = SiteState()
+    expected = config.expected()
+
+    assert expected.disallowed == tuple(f"http://{h}:8431/private/1.html" for h in config.hosts)
+    assert set(expected.disallowed) <= set(expected.unique)
+    assert expected.sitemap_entries == expected.unique_total + expected.duplicates + 2
+    robots = answer(config, state, 1, "GET", "/robots.txt").body.decode()
+    assert "Disallow: /private/" in robots.splitlines()
+    # Served all the same: only a crawler that reads robots.txt leaves it alone.
+    assert answer(config, state, 1, "GET", "/private/1.html").status == 200
+    plain = answer(config, state, 0, "GET", "/sitemaps/pages.xml").body
+    gzipped = gzip.decompress(answer(config, state, 0, "GET", "/sitemaps/more.xml.gz").body)
+    listed = [entry.findtext("sm:loc", namespaces=NS) or "" for body in (plain, gzipped)
+              for entry in ET.fromstring(body).iterfind("sm:url", NS)]  # fmt: skip
+    assert len(listed) == expected.sitemap_entries
+    assert sum(loc.startswith("ftp://") for loc in listed) == 2
+    assert "Disallow" not in answer(SiteConfig(), state, 1, "GET", "/robots.txt").body.decode()

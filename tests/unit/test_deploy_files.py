@@ -34,6 +34,25 @@ COMPOSE_CREDENTIALS = {
     "POSTGRES_PASSWORD",
     "GRAFANA_ADMIN_PASSWORD",
 }
+# Variables only compose reads besides those: published ports and the demo site's size.
+COMPOSE_ONLY = COMPOSE_CREDENTIALS | {
+    "RABBITMQ_MANAGEMENT_PORT",
+    "PROMETHEUS_PORT",
+    "GRAFANA_PORT",
+    "DEMO_PAGES_PER_HOST",
+    "DEMO_SLOW_MS",
+}
+# The passwords each container may see, and no others.
+SECRETS_NEEDED = {
+    "rabbitmq": {"RABBITMQ_DEFAULT_PASS"},
+    "postgres": {"POSTGRES_PASSWORD"},
+    "grafana": {"GRAFANA_ADMIN_PASSWORD"},
+    "producer": {"RABBITMQ_DEFAULT_PASS"},
+    "worker": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
+    "dlq_consumer": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
+}
+# The service addresses, which compose builds for each pipeline service itself.
+SERVICE_URLS = {"AMQP_URL", "REDIS_URL", "DATABASE_URL"}
 MONITORING_SERVICES = ("prometheus", "grafana")
 RABBITMQ_PROMETHEUS_PORT = 15692
 # Per-queue metrics of the rabbitmq_prometheus plugin the dashboard may use, with the family of
@@ -45,7 +64,7 @@ RABBITMQ_QUEUE_METRICS = {
     "rabbitmq_detailed_queue_consumers": "queue_consumer_count",
 }
 SETTINGS_VARS = {f.name.upper() for f in dataclasses.fields(Settings)}
-REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)[^}]*\}")
+REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<rule>:[-?])?(?P<word>[^}]*)\}")
 
 
 def compose_text() -> str:
@@ -74,10 +93,18 @@ def env_example() -> dict[str, str]:
     return values
 
 
-def interpolate(text: str) -> str:
-    """Compose's ${NAME...} substitution, fed from .env.example."""
-    values = env_example()
-    return REFERENCE.sub(lambda match: values[match["name"]], text)
+def interpolate(text: str, values: dict[str, str] | None = None) -> str:
+    """Compose's ${NAME}, ${NAME:-default} and ${NAME:?error} substitution, fed from .env.example."""
+    given = env_example() if values is None else values
+
+    def value(match: re.Match[str]) -> str:
+        found = given.get(match["name"], "")
+        if match["rule"] == ":-" and not found:
+            return match["word"]
+        assert found or match["rule"] != ":?", f"{match['name']} must be set"
+        return found
+
+    return REFERENCE.sub(value, text)
 
 
 def environment(service: dict[str, Any]) -> dict[str, str]:
@@ -160,7 +187,73 @@ def test_published_ports_bind_loopback_only(services: dict[str, dict[str, Any]])
 
 
 def test_management_ui_is_published(services: dict[str, dict[str, Any]]) -> None:
-    assert "127.0.0.1:15672:15672" in services["rabbitmq"]["ports"]
+    assert [interpolate(port) for port in services["rabbitmq"]["ports"]] == ["127.0.0.1:15672:15672"]
+
+
+def test_published_host_ports_can_be_moved(services: dict[str, dict[str, Any]]) -> None:
+    """The machine may already run RabbitMQ, Prometheus or Grafana on their usual ports."""
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert re.fullmatch(r"127\.0\.0\.1:\$\{[A-Z_]+_PORT:-\d+\}:\d+", str(port)), (
+                f"{name}: host port {port!r} is fixed"
+            )
+    moved = {"RABBITMQ_MANAGEMENT_PORT": "25672"}
+    assert interpolate(services["rabbitmq"]["ports"][0], moved) == "127.0.0.1:25672:15672"
+
+
+def test_backing_services_restart(services: dict[str, dict[str, Any]]) -> None:
+    for name in BACKING_SERVICES:
+        assert services[name].get("restart") in ("unless-stopped", "always"), f"{name} has no restart policy"
+
+
+def test_rabbitmq_is_healthy_only_when_it_takes_connections(services: dict[str, dict[str, Any]]) -> None:
+    """`rabbitmq-diagnostics ping` answers before the AMQP listener accepts connections."""
+    test = services["rabbitmq"]["healthcheck"]["test"]
+    assert test[-1] == "check_port_connectivity" and "ping" not in test
+    amqp = urlsplit(interpolate(environment(services["worker"])["AMQP_URL"]))
+    # ... and a service started a moment too early tries again before it gives up.
+    assert "connection_attempts=" in amqp.query and "retry_delay=" in amqp.query
+
+
+def test_producer_seeds_one_fixed_run_once(services: dict[str, dict[str, Any]]) -> None:
+    """`up --scale worker=N` starts a finished producer again: it must find its run seeded."""
+    words = command(services["producer"])
+    assert words[words.index("--run-id") + 1]
+    assert "--once" in words
+    assert services["producer"]["restart"].startswith("on-failure"), "a finished seeding must not restart"
+
+
+def test_the_demo_hosts_pass_the_address_guard(services: dict[str, dict[str, Any]]) -> None:
+    """site-a... resolve to private addresses of the compose network, which the guard refuses."""
+    from shared.netguard import parse_allowlist
+
+    names = next(w for w in command(services["demo_site"]) if w.startswith("--public-names="))
+    for name in ("producer", "worker"):
+        allowlist = parse_allowlist(interpolate(environment(services[name])["FETCH_ALLOWLIST"]))
+        for host in names.partition("=")[2].split(","):
+            assert allowlist.allows_host(host), f"{name}: the guard refuses the demo host {host}"
+
+
+def test_each_container_gets_only_the_passwords_it_needs(services: dict[str, dict[str, Any]]) -> None:
+    values = env_example()
+    for name, service in services.items():
+        assert "env_file" not in service, f"{name}: env_file hands it every password in .env"
+        seen = json.dumps({k: interpolate(v) for k, v in environment(service).items()})
+        passwords = COMPOSE_CREDENTIALS - {"RABBITMQ_DEFAULT_USER"}
+        given = {secret for secret in passwords if values[secret] in seen}
+        assert given == SECRETS_NEEDED.get(name, set()), f"{name} gets {given}"
+
+
+def test_pipeline_services_pass_every_setting_through(services: dict[str, dict[str, Any]]) -> None:
+    """A setting in .env reaches every pipeline service, under its own name."""
+    for name in PIPELINE_SERVICES:
+        env = environment(services[name])
+        missing = SETTINGS_VARS - SERVICE_URLS - set(env)
+        assert not missing, f"{name}: settings in .env that never reach it: {missing}"
+        for variable, value in env.items():
+            for match in REFERENCE.finditer(value):
+                if variable not in SERVICE_URLS:
+                    assert match["name"] == variable, f"{name}: {variable} reads ${{{match['name']}}}"
 
 
 def test_no_default_guest_credentials() -> None:
@@ -226,17 +319,17 @@ def test_pipeline_services_reach_the_compose_services(
 ) -> None:
     for name in PIPELINE_SERVICES:
         env = {key: interpolate(value) for key, value in environment(services[name]).items()}
-        assert services[name]["env_file"] in (".env", [".env"]), f"{name}: reads no .env"
         assert urlsplit(env["AMQP_URL"]).hostname == "rabbitmq"
-        assert urlsplit(env["REDIS_URL"]).hostname == "redis"
-        assert urlsplit(env["DATABASE_URL"]).hostname == "postgres"
+        assert urlsplit(env.get("REDIS_URL", "redis://redis")).hostname == "redis"
+        assert urlsplit(env.get("DATABASE_URL", "postgresql://postgres")).hostname == "postgres"
         # The credentials come from .env, the same ones the backing services are given.
         amqp = urlsplit(env["AMQP_URL"])
         assert (amqp.username, amqp.password) == (
             env_example()["RABBITMQ_DEFAULT_USER"],
             env_example()["RABBITMQ_DEFAULT_PASS"],
         )
-        assert urlsplit(env["DATABASE_URL"]).password == env_example()["POSTGRES_PASSWORD"]
+        if "DATABASE_URL" in env:
+            assert urlsplit(env["DATABASE_URL"]).password == env_example()["POSTGRES_PASSWORD"]
 
 
 def test_compose_names_only_known_variables(services: dict[str, dict[str, Any]]) -> None:
@@ -245,11 +338,12 @@ def test_compose_names_only_known_variables(services: dict[str, dict[str, Any]])
         unknown = set(environment(service)) - known
         assert not unknown, f"{name}: environment has variables no setting reads: {unknown}"
     referenced = {match["name"] for match in REFERENCE.finditer(compose_text())}
-    assert referenced <= COMPOSE_CREDENTIALS
+    assert referenced <= SETTINGS_VARS | COMPOSE_ONLY, referenced - SETTINGS_VARS - COMPOSE_ONLY
+    assert referenced >= COMPOSE_ONLY
 
 
 def test_env_example_names_only_known_variables() -> None:
-    unknown = set(env_example()) - SETTINGS_VARS - COMPOSE_CREDENTIALS
+    unknown = set(env_example()) - SETTINGS_VARS - COMPOSE_ONLY
     assert not unknown, f".env.example has variables no setting reads: {unknown}"
 
 

@@ -7,6 +7,7 @@ import email.utils
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from shared.errors import ConfigError, TransientError
 from shared.settings import Settings
@@ -272,3 +273,37 @@ def test_no_backoff_means_no_extra_round_trip() -> None:
     gate, _ = gate_with(limiter)
     gate.call("a.example", lambda: None)
     assert limiter.sped_up == 0
+
+
+def wait_metrics() -> tuple[float, float]:
+    return (
+        REGISTRY.get_sample_value("crawl_rate_limit_waits_total") or 0.0,
+        REGISTRY.get_sample_value("crawl_rate_limit_wait_seconds_total") or 0.0,
+    )
+
+
+def test_a_request_held_back_counts_one_wait_with_every_second_it_slept() -> None:
+    limiter = FakeLimiter(
+        Reservation(0.0, False, "busy"), Reservation(0.25, True), clearances=[(False, 0.03, "spacing")]
+    )
+    gate, fake = gate_with(limiter)
+    waits, seconds = wait_metrics()
+
+    gate.call("a.example", lambda: 1)
+
+    after_waits, after_seconds = wait_metrics()
+    assert after_waits - waits == 1  # one busy poll, the slot and the spacing: one request held back
+    assert after_seconds - seconds == pytest.approx(sum(fake.slept)) == pytest.approx(0.05 + 0.25 + 0.03)
+
+
+def test_a_request_sent_at_once_counts_no_wait_and_a_deferred_one_counts_its_sleep() -> None:
+    waits, seconds = wait_metrics()
+    gate, _ = gate_with(FakeLimiter(Reservation(0.0, True, cleared=True)))
+    gate.call("a.example", lambda: 1)
+    assert wait_metrics() == (waits, seconds)
+
+    gate, fake = gate_with(FakeLimiter(Reservation(0.0, False, "busy")))
+    with pytest.raises(TryLater):
+        gate.call("a.example", lambda: 1)
+    after_waits, after_seconds = wait_metrics()
+    assert (after_waits - waits, after_seconds - seconds) == (1, pytest.approx(sum(fake.slept)))

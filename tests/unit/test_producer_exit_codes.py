@@ -4,8 +4,7 @@ from typing import Any
 
 import pytest
 
-from producer.__main__ import parse_args
-from producer.exit_codes import EXIT_NOTHING_READ, EXIT_PUBLISH_FAILED, exit_code
+from producer.__main__ import EXIT_INTERRUPTED, EXIT_NOTHING_READ, EXIT_PUBLISH_FAILED, exit_code, parse_args
 
 pytestmark = pytest.mark.unit
 
@@ -32,6 +31,7 @@ def summary(urls_seen: int, failed: list[dict[str, str]], publish_failed: int = 
         (summary(0, FAILED), False, EXIT_NOTHING_READ),  # no source could be read
         (summary(0, FAILED), True, EXIT_NOTHING_READ),
         (summary(10, FAILED, publish_failed=3), True, EXIT_PUBLISH_FAILED),
+        (summary(10, FAILED, interrupted=True), True, EXIT_INTERRUPTED),
     ],
 )
 def test_exit_code(result: dict[str, Any], strict: bool, code: int) -> None:

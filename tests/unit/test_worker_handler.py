@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from shared.consumer import Delivery, Outcome
 from shared.errors import BlockedAddress, PermanentError, ServiceUnavailable, TransientError
@@ -273,17 +274,44 @@ def test_busy_domain_defers_through_the_broker_without_charging_an_attempt() -> 
         Reservation(0.0, True), Reservation(4.0, False, "rate")
     )  # robots.txt, then the page
     rig = make(FakeFetch([]), limiter=limiter)
+    deferred, retried = deferrals("rate"), retries()
     exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
-    assert (exchange, routing_key) == ("ns.retry", "d5000.bulk")
+    # A defer queue, not a retry queue: nothing failed.
+    assert (exchange, routing_key) == ("ns.defer", "d5000.bulk")
     assert headers[ATTEMPT_HEADER] == 1
     assert rig.fetch.urls == [] and rig.store.rows == [] and rig.time.slept == []
+    assert (deferrals("rate") - deferred, retries() - retried) == (1, 0)
+
+
+def deferrals(reason: str) -> float:
+    return REGISTRY.get_sample_value("crawl_deferrals_total", {"reason": reason}) or 0.0
+
+
+def retries() -> float:
+    return sum(
+        s.value
+        for m in REGISTRY.collect()
+        if m.name == "crawl_retries"
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
 
 
 def test_short_rate_limit_wait_happens_in_process() -> None:
     rig = make(FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.3, True)))
+    waits, waited_s = wait_metrics()
     assert settled(rig.handler(delivery())) == Outcome.done()
     assert rig.time.slept == [0.3, 0.3]  # robots.txt, then the page
     assert len(rig.store.rows) == 1
+    now_waits, now_waited_s = wait_metrics()
+    assert (now_waits - waits, now_waited_s - waited_s) == (2, pytest.approx(0.6))
+
+
+def wait_metrics() -> tuple[float, float]:
+    return (
+        REGISTRY.get_sample_value("crawl_rate_limit_waits_total") or 0.0,
+        REGISTRY.get_sample_value("crawl_rate_limit_wait_seconds_total") or 0.0,
+    )
 
 
 def test_fresh_cache_hit_skips_fetch_and_rate_limit() -> None:
@@ -482,3 +510,37 @@ def test_a_page_is_acked_only_once_its_row_is_committed() -> None:
     outage = ServiceUnavailable("PostgreSQL", "db", "down")
     rig.store.held.pop()(outage)
     assert failed.later is not None and failed.later.exception(timeout=0) is outage
+
+
+class FakeRunStates:
+    def __init__(self, **states: str) -> None:
+        self.states = states
+        self.asked: list[str] = []
+
+    def state(self, run_id: str) -> str:
+        self.asked.append(run_id)
+        return self.states.get(run_id, "running")
+
+
+def test_a_paused_run_s_message_goes_once_to_its_hold_queue_unfetched() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="paused")
+    exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
+    assert (exchange, routing_key) == ("ns.held", "r1")  # the run's hold queue is bound with its id
+    assert headers[ATTEMPT_HEADER] == 1  # not charged an attempt
+    assert rig.fetch.urls == [] and rig.store.rows == [] and rig.store.skips == []
+
+
+def test_a_cancelled_run_s_message_is_skipped_with_reason_cancelled() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="cancelled")
+    assert rig.handler(delivery()) == Outcome.done()
+    assert [(s.run_id, s.url, s.reason) for s in rig.store.skips] == [("r1", "http://a.test/p", "cancelled")]
+    assert rig.fetch.urls == []
+
+
+def test_a_running_run_s_message_is_fetched() -> None:
+    rig = make(FakeFetch([ok_response()]))
+    rig.handler.run_states = states = FakeRunStates(other="paused")
+    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert states.asked == ["r1"] and len(rig.store.rows) == 1

@@ -1,0 +1,85 @@
+"""Where a run stands, asked several times a second by `shared.crawl` while it waits.
+
+The total comes from the run's counters in Redis, which every producer invocation of the run
+adds to as its publishes are confirmed: a crawl started again with the same run id waits for
+the whole run, not only what its own producer published. Outcomes come from PostgreSQL over
+one connection kept open (shared.accounting.Tally), queue depths from passive declares.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from types import TracebackType
+
+import pika
+import redis
+
+from shared import broker
+from shared.accounting import Tally
+from shared.keys import Keys
+from shared.messages import QUEUE_KINDS
+from shared.progress import Snapshot
+from shared.runstate import read_state, recorded_enqueued
+from shared.settings import Settings
+from shared.topology import build_topology
+
+
+class RunWatch:
+    def __init__(self, settings: Settings, run_id: str) -> None:
+        self._settings = settings
+        self._run_id = run_id
+        self._keys = Keys(settings.redis_prefix)
+        self._redis = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+        self._tally = Tally(settings, run_id)
+        self._connection: pika.BlockingConnection | None = None
+        self._queues = build_topology(settings).work_queues()
+
+    def state(self) -> str:
+        return read_state(self._redis, self._keys, self._run_id)
+
+    def total(self) -> int:
+        return recorded_enqueued(self._redis, self._keys, self._run_id)
+
+    def enqueued_by_queue(self) -> dict[str, int]:
+        stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]
+        found = {k.decode(): int(v) for k, v in stats.items() if k.startswith(b"enqueued.")}
+        return {kind: found[f"enqueued.{kind}"] for kind in QUEUE_KINDS if f"enqueued.{kind}" in found}
+
+    def snapshot(self, producing: bool = False) -> Snapshot:
+        stored, dead, skipped = self._tally.outcomes()
+        return Snapshot(time.monotonic(), self.total(), stored, dead, skipped, self.queued(), producing)
+
+    def queued(self) -> int | None:
+        """Ready messages in the work queues (of every run in this namespace); None when the
+        broker cannot be asked right now."""
+        try:
+            if self._connection is None or not self._connection.is_open:
+                self._connection = broker.connect(self._settings, "crawl progress")
+            channel = self._connection.channel()
+            try:
+                return sum(broker.queue_depth(channel, queue)[0] for queue in self._queues)
+            finally:
+                channel.close()
+        except Exception:  # only progress figures: a missing one is shown as "?"
+            self._forget_connection()
+            return None
+
+    def _forget_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.close()
+
+    def close(self) -> None:
+        self._forget_connection()
+        self._tally.close()
+        self._redis.close()
+
+    def __enter__(self) -> RunWatch:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()

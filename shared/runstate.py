@@ -1,0 +1,103 @@
+"""Whether a run is running, paused or cancelled, as workers see it.
+
+An operator sets the state with `python -m shared.runs pause|resume|cancel RUN`; it lives in
+Redis under Keys.run_state(run), with no expiry, and its absence means running. A worker asks
+before it fetches a URL: a paused run's message is moved once to the run's hold queue, where it
+waits without being delivered again; a cancelled run's message is recorded as a skip with reason
+`cancelled`. The answer is kept for `MAX_AGE_S` per run, so a worker asks Redis at most once a
+second per run, whatever its rate, and sees a change within that second.
+
+The hold queues: one durable direct exchange `<ns>.held`, and a queue `<ns>.held.<run>` bound to
+it with the run id as its key, both declared by `pause` before it sets the state, so a worker
+that sees the state always finds where to publish.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+
+from shared.keys import Keys
+from shared.redis_errors import translate_redis_errors
+
+RUNNING = "running"
+PAUSED = "paused"
+CANCELLED = "cancelled"
+STATES = (RUNNING, PAUSED, CANCELLED)
+MAX_AGE_S = 1.0
+_MAX_RUNS_KEPT = 1024  # a worker sees few runs at once; the cache is emptied past this
+
+
+def held_exchange(ns: str) -> str:
+    return f"{ns}.held"
+
+
+def held_queue(ns: str, run_id: str) -> str:
+    return f"{ns}.held.{run_id}"
+
+
+class RunStates:
+    """A worker's cached view of run states: `state(run_id)` costs a Redis GET at most once per
+    `max_age_s` for each run."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        max_age_s: float = MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._keys = keys
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._known: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def state(self, run_id: str) -> str:
+        now = self._clock()
+        with self._lock:
+            known = self._known.get(run_id)
+        if known is not None and now - known[1] < self._max_age_s:
+            return known[0]
+        # Redis down: ServiceUnavailable, and the consumer pauses with the message unacked.
+        with translate_redis_errors(self._client):
+            raw = self._client.get(self._keys.run_state(run_id))
+        state = decode_state(raw)
+        with self._lock:
+            if len(self._known) >= _MAX_RUNS_KEPT:
+                self._known.clear()
+            self._known[run_id] = (state, now)
+        return state
+
+
+def decode_state(raw: object) -> str:
+    if isinstance(raw, bytes):
+        raw = raw.decode(errors="replace")
+    return raw if isinstance(raw, str) and raw in STATES else RUNNING
+
+
+def read_state(client: redis.Redis, keys: Keys, run_id: str) -> str:
+    with translate_redis_errors(client):
+        return decode_state(client.get(keys.run_state(run_id)))
+
+
+def write_state(client: redis.Redis, keys: Keys, run_id: str, state: str) -> None:
+    if state not in STATES:
+        raise ValueError(f"unknown run state {state!r}")
+    with translate_redis_errors(client):
+        if state == RUNNING:
+            client.delete(keys.run_state(run_id))
+        else:
+            client.set(keys.run_state(run_id), state)
+
+
+def recorded_enqueued(client: redis.Redis, keys: Keys, run_id: str) -> int:
+    """URLs the run's producers have published, every invocation together: the sum of the
+    `enqueued.<queue>` counters they add to the run's stats as each publish is confirmed."""
+    with translate_redis_errors(client):
+        stats: dict[bytes, bytes] = client.hgetall(keys.run_stats(run_id))  # type: ignore[assignment]
+    return sum(int(n) for name, n in stats.items() if name.startswith(b"enqueued."))

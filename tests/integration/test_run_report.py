@@ -1,0 +1,48 @@
+"""python -m shared.run_report: a run's accounting where its services run elsewhere (compose)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import redis
+
+from shared import db
+from shared.accounting import Accounting
+from shared.errors import ConfigError
+from shared.keys import Keys
+from shared.run_report import render, report
+from shared.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def test_render_reads_like_make_demo() -> None:
+    done = Accounting(run_id="r", stored=2, dead_by_reason={"http_404": 1}, skips_by_reason={"robots": 1})
+    text = render(done, {"enqueued.bulk": 3, "enqueued.priority": 1, "duplicates": 2, "invalid": 1})
+    assert "run r\n" in text
+    assert "  enqueued               4   {'bulk': 3, 'priority': 1}" in text
+    assert "  duplicates             2   (not enqueued)" in text
+    assert "  dead letters           1   (http_404 1)" in text
+    assert "  skipped                1   (robots 1)" in text
+    assert "  accounted for          4 of 4: ok" in text
+
+
+def test_a_run_still_crawling_is_reported_waiting_with_exit_1(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        client.hset(
+            Keys(settings.redis_prefix).run_stats("r-1"), mapping={"enqueued.bulk": 2, "duplicates": 1}
+        )
+    finally:
+        client.close()
+    db.ensure_schema(settings)
+    out = io.StringIO()
+
+    assert report(settings, "r-1", 0.0, out) == 1
+    assert "accounted for          0 of 2: waiting" in out.getvalue()
+
+
+def test_an_unknown_run_is_one_line(settings: Settings) -> None:
+    with pytest.raises(ConfigError, match="--run nothing-here: no such run"):
+        report(settings, "nothing-here", 0.0, io.StringIO())

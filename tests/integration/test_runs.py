@@ -1,0 +1,159 @@
+"""python -m shared.runs against the real broker, Redis and database, with no worker: what pause,
+resume and cancel do to the state, the hold queue and the accounting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from shared import broker, db
+from shared.accounting import account
+from shared.keys import Keys
+from shared.messages import CrawlTask, Progress
+from shared.runs import cancel, pause, resume
+from shared.runstate import held_exchange, held_queue, read_state
+from shared.settings import Settings
+from shared.topology import build_topology, work_queue
+from tests.e2e.conftest import service_env
+
+pytestmark = pytest.mark.integration
+
+RUN = "it-runs"
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[redis.Redis]:
+    made = redis.Redis.from_url(settings.redis_url)
+    made.hset(Keys(settings.redis_prefix).run_stats(RUN), "enqueued.bulk", 3)
+    yield made
+    made.close()
+    connection = broker.connect(settings, "test cleanup")
+    channel = connection.channel()
+    channel.queue_delete(held_queue(settings.crawl_namespace, RUN))
+    channel.exchange_delete(held_exchange(settings.crawl_namespace))
+    connection.close()
+
+
+def hold(settings: Settings, *tasks: CrawlTask) -> None:
+    """What a worker does with a paused run's messages."""
+    connection = broker.connect(settings, "test worker")
+    broker.declare_topology(connection, build_topology(settings))
+    channel = broker.confirm_channel(connection)
+    for task in tasks:
+        broker.publish(
+            channel,
+            broker.Publication(
+                held_exchange(settings.crawl_namespace),
+                RUN,
+                task.encode(),
+                Progress(attempt=1).to_headers(),
+                task.priority or None,
+            ),
+        )
+    connection.close()
+
+
+def take_all(settings: Settings, queue: str) -> list[tuple[CrawlTask, int, int | None]]:
+    """(task, attempt header, priority) of each message in `queue`, emptying it."""
+    connection = broker.connect(settings, "test reader")
+    channel = connection.channel()
+    taken = []
+    while True:
+        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        taken.append(
+            (
+                CrawlTask.decode(body),
+                Progress.from_headers(properties.headers or {}).attempt,
+                properties.priority,
+            )
+        )
+    connection.close()
+    return taken
+
+
+def tasks() -> list[CrawlTask]:
+    return [
+        CrawlTask(url="https://a.test/1", run_id=RUN, queue="bulk"),
+        CrawlTask(url="https://a.test/2", run_id=RUN, queue="ttl"),
+        CrawlTask(url="https://a.test/3", run_id=RUN, queue="priority", priority=4),
+    ]
+
+
+def test_resume_moves_held_messages_back_to_their_own_queues(settings: Settings, client: redis.Redis) -> None:
+    keys = Keys(settings.redis_prefix)
+    pause(settings, client, keys, RUN)
+    assert read_state(client, keys, RUN) == "paused"
+    hold(settings, *tasks())
+
+    assert resume(settings, client, keys, RUN) == 3
+    assert read_state(client, keys, RUN) == "running"
+    ns = settings.crawl_namespace
+    assert [(t.url, a, p) for t, a, p in take_all(settings, work_queue(ns, "bulk"))] == [
+        ("https://a.test/1", 1, None)
+    ]
+    assert [t.url for t, _, _ in take_all(settings, work_queue(ns, "ttl"))] == ["https://a.test/2"]
+    assert [(t.url, p) for t, _, p in take_all(settings, work_queue(ns, "priority"))] == [
+        ("https://a.test/3", 4)
+    ]
+    connection = broker.connect(settings, "test")
+    with pytest.raises(Exception, match="NOT_FOUND"):  # the empty hold queue is gone
+        connection.channel().queue_declare(held_queue(ns, RUN), passive=True)
+    connection.close()
+
+
+def test_cancel_records_held_messages_as_skips(settings: Settings, client: redis.Redis) -> None:
+    keys = Keys(settings.redis_prefix)
+    pause(settings, client, keys, RUN)
+    hold(settings, *tasks())
+    assert cancel(settings, client, keys, RUN) == 3
+    assert read_state(client, keys, RUN) == "cancelled"
+    a = account(settings, RUN)
+    assert (a.stored, a.dead, a.skips_by_reason) == (0, 0, {"cancelled": 3})
+    with db.connect(settings, autocommit=True) as conn:
+        urls = [
+            row[0] for row in conn.execute("SELECT url FROM skips WHERE run_id = %s ORDER BY url", (RUN,))
+        ]
+    assert urls == ["https://a.test/1", "https://a.test/2", "https://a.test/3"]
+    assert cancel(settings, client, keys, RUN) == 0  # again: nothing held, nothing counted twice
+
+
+def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shared.runs", *args],
+        env=service_env(settings),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_mistakes_get_one_line_and_exit_2(settings: Settings, client: redis.Redis) -> None:
+    unknown = cli(settings, "pause", "no-such-run")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip().splitlines() == [
+        f"runs: error: run 'no-such-run': no such run under REDIS_PREFIX={settings.redis_prefix!r} "
+        "(see python -m shared.runs list)"
+    ]
+    client.set(Keys(settings.redis_prefix).run_state(RUN), "cancelled")
+    again = cli(settings, "resume", RUN)
+    assert again.returncode == 2
+    assert "was cancelled" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_list_and_show_name_the_run_and_its_state(settings: Settings, client: redis.Redis) -> None:
+    db.ensure_schema(settings)
+    client.set(Keys(settings.redis_prefix).run_state(RUN), "paused")
+    listed = cli(settings, "list")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(RUN))
+    assert row.split() == [RUN, "paused", "3", "0", "0", "0", "3"]
+    shown = cli(settings, "show", RUN)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"run {RUN}: paused")

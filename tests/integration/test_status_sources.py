@@ -1,0 +1,161 @@
+"""Status against the real services: the queues that exist, a run's counters under whatever
+prefix it used, and the workers that are running now."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from shared import broker
+from shared.keys import Keys
+from shared.management import HttpGet
+from shared.presence import PRESENCE_TTL_S, announced
+from shared.settings import Settings
+from shared.status import KNOWN_PREFIXES, gather
+from shared.topology import build_topology
+from tests.conftest import unique_name
+
+pytestmark = pytest.mark.integration
+
+CLOSED_PORT_HTTP = "http://127.0.0.1:1"
+
+
+def declared(settings: Settings) -> None:
+    connection = broker.connect(settings, "test-status")
+    broker.declare_topology(connection, build_topology(settings))
+    connection.close()
+
+
+def roles(report: dict[str, object]) -> dict[str, tuple[str, bool]]:
+    return {q["name"]: (q["role"], q["exists"]) for q in report["queues"]}  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    made = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    yield made
+    made.close()
+
+
+def test_without_the_api_every_queue_has_its_own_role(settings: Settings) -> None:
+    declared(settings)
+    ns = settings.crawl_namespace
+
+    report = gather(dataclasses.replace(settings, rabbitmq_management_url=CLOSED_PORT_HTTP), None)
+
+    assert report["queue_source"] == "amqp"
+    assert roles(report) == {
+        f"{ns}.priority": ("work", True),
+        f"{ns}.ttl": ("work", True),
+        f"{ns}.bulk": ("work", True),
+        f"{ns}.dead": ("dead", True),
+        f"{ns}.parked": ("parked", True),
+        f"{ns}.retry.500ms": ("retry", True),
+        f"{ns}.retry.1000ms": ("retry", True),
+        f"{ns}.defer.1000ms": ("defer", True),
+        f"{ns}.defer.5000ms": ("defer", True),
+        f"{ns}.defer.30000ms": ("defer", True),
+    }
+    assert list(roles(report)) == [q["name"] for q in report["queues"]]  # in this order
+
+
+def test_the_api_lists_the_queues_that_exist_not_the_ones_settings_imply(
+    settings: Settings, management_api: HttpGet
+) -> None:
+    declared(settings)  # retry queues of 0.5 s and 1 s
+    longer = dataclasses.replace(settings, crawl_namespace=f"{settings.crawl_namespace}.x")
+    declared(longer)  # another pipeline whose names start with ours
+    asking = dataclasses.replace(settings, retry_delays_s=(7.0,))
+    ns = settings.crawl_namespace
+    try:
+        report = gather(asking, None, management_api)
+    finally:
+        for queue in build_topology(longer).queues:
+            connection = broker.connect(longer, "test-status")
+            connection.channel().queue_delete(queue.name)
+            connection.close()
+
+    assert report["queue_source"] == "management"
+    shown = roles(report)
+    assert shown[f"{ns}.retry.500ms"] == ("retry", True)
+    assert shown[f"{ns}.retry.1000ms"] == ("retry", True)
+    assert f"{ns}.retry.7000ms" not in shown
+    assert shown[f"{ns}.parked"] == ("parked", True)
+    assert not any(name.startswith(f"{ns}.x.") for name in shown)
+
+
+def test_the_work_dead_and_parked_queues_show_as_missing_the_delay_queues_not_at_all(
+    settings: Settings,
+) -> None:
+    report = gather(dataclasses.replace(settings, rabbitmq_management_url=CLOSED_PORT_HTTP), None)
+
+    ns = settings.crawl_namespace
+    assert roles(report) == {
+        f"{ns}.priority": ("work", False),
+        f"{ns}.ttl": ("work", False),
+        f"{ns}.bulk": ("work", False),
+        f"{ns}.dead": ("dead", False),
+        f"{ns}.parked": ("parked", False),
+    }
+
+
+@pytest.mark.parametrize(
+    ("where", "name"), [("scanned", "run-"), ("demo", "run-"), ("scanned", "run-[a]*?-")]
+)
+def test_a_runs_counters_are_found_under_the_prefix_it_used(
+    settings: Settings, client: redis.Redis, where: str, name: str
+) -> None:
+    run_id = unique_name(name)  # glob characters in a run id match only themselves
+    prefix = f"{settings.redis_prefix}-elsewhere" if where == "scanned" else "demo"
+    assert prefix == "demo" or prefix not in KNOWN_PREFIXES
+    key = Keys(prefix).run_stats(run_id)
+    client.hset(key, mapping={"enqueued.bulk": 87, "duplicates": 3})
+    try:
+        report = gather(dataclasses.replace(settings, rabbitmq_management_url=CLOSED_PORT_HTTP), run_id)
+    finally:
+        client.delete(key)
+
+    assert report["run"]["redis_prefix"] == prefix
+    assert report["run"]["counters"] == {"duplicates": 3, "enqueued.bulk": 87}
+
+
+def test_a_run_without_counters_says_so(settings: Settings) -> None:
+    report = gather(dataclasses.replace(settings, rabbitmq_management_url=CLOSED_PORT_HTTP), "no-such-run")
+
+    assert (report["run"]["redis_prefix"], report["run"]["counters"]) == (None, {})
+
+
+def test_a_running_worker_is_listed_and_leaves_the_list_when_it_stops(
+    settings: Settings, client: redis.Redis
+) -> None:
+    quick = dataclasses.replace(settings, rabbitmq_management_url=CLOSED_PORT_HTTP)
+    one = dataclasses.replace(settings, worker_id="w-one")
+    two = dataclasses.replace(settings, worker_id="w-two")
+
+    with announced(one, heartbeat_s=0.1), announced(two, heartbeat_s=0.1):
+        time.sleep(0.3)  # a few beats
+        running = gather(quick, None)["workers"]
+        ttl_ms = client.pttl(Keys(settings.redis_prefix).worker("w-one"))
+    stopped = gather(quick, None)["workers"]
+
+    assert [w["worker_id"] for w in running] == ["w-one", "w-two"]
+    assert all(w["pages_in_window"] == 0 for w in running)
+    assert 0 < ttl_ms <= PRESENCE_TTL_S * 1000
+    assert stopped == []
+    assert client.exists(Keys(settings.redis_prefix).worker("w-one")) == 0
+
+
+def test_without_redis_the_overview_still_shows_and_says_workers_are_unknown(settings: Settings) -> None:
+    report = gather(
+        dataclasses.replace(
+            settings, rabbitmq_management_url=CLOSED_PORT_HTTP, redis_url="redis://127.0.0.1:1/0"
+        ),
+        None,
+    )
+
+    assert report["workers"] is None
+    assert report["queue_source"] == "amqp"
