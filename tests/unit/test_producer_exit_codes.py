@@ -11,12 +11,15 @@ pytestmark = pytest.mark.unit
 FAILED = [{"url": "http://s/gone.xml", "error": "HTTP 404"}]
 
 
-def summary(urls_seen: int, failed: list[dict[str, str]], publish_failed: int = 0) -> dict[str, Any]:
+def summary(
+    urls_seen: int, failed: list[dict[str, str]], publish_failed: int = 0, interrupted: bool = False
+) -> dict[str, Any]:
     return {
         "run_id": "r",
         "urls_seen": urls_seen,
         "sitemaps_failed": failed,
         "publish_failed": publish_failed,
+        "interrupted": interrupted,
     }
 
 
