@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 EXIT_PUBLISH_FAILED = 1
 # Every sitemap given failed and no URL was read from anywhere: the run has nothing to crawl.
 # A run where only some sitemaps failed exits 0: what could be read is being crawled, and the
-# summary's sitemaps_failed (and a warning) name the others.
+# summary's sitemaps_failed (and a warning) name the others; with --strict it exits 3 too.
 EXIT_NOTHING_READ = 3
 EXIT_INTERRUPTED = 130  # Ctrl-C: the summary of what was done is printed all the same
 
@@ -79,6 +79,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="with --run-id: if this run was seeded to the end before, print that summary and "
         "exit 0 without reading anything (for a container that may be started again)",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 3 when any sitemap could not be read, not only when none could "
+        "(the URLs of those that were read are published all the same)",
+    )
     args = parser.parse_args(argv)
     if args.once and not args.run_id:
         raise ConfigError("--once: give the run a name with --run-id, or every start is a new run")
@@ -90,6 +96,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         routing_file=args.routing,
         recrawl_of=args.recrawl_of,
         once=args.once,
+        strict=args.strict,
     )
 
 
@@ -106,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = run(settings, options)
     watch.arm()  # the figures are final: a scrape from now on, even before the summary, counts
     print(json.dumps(result), flush=True)
-    code = exit_code(result)
+    code = exit_code(result, options.strict)
     if options.once and code == 0 and not result["stopped_early"]:
         mark_seeded(settings, options.run_id, result)
     if server is not None:  # a short run would otherwise exit before Prometheus ever read it
@@ -114,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def exit_code(result: dict[str, Any]) -> int:
+def exit_code(result: dict[str, Any], strict: bool = False) -> int:
     failed = result["sitemaps_failed"]
     if result["publish_failed"]:
         return EXIT_PUBLISH_FAILED
@@ -124,6 +131,9 @@ def exit_code(result: dict[str, Any]) -> int:
         log.error(
             "run %s: no sitemap could be read (%d failed), nothing to crawl", result["run_id"], len(failed)
         )
+        return EXIT_NOTHING_READ
+    if failed and strict:
+        log.error("run %s: %d sitemaps could not be read (--strict)", result["run_id"], len(failed))
         return EXIT_NOTHING_READ
     if failed:
         log.warning(

@@ -4,21 +4,31 @@ A fingerprint (shared.urls.fingerprint, 10 bytes) is stored as field = bytes 2..
 Keys.seen(run_id, hex of bytes 0..2). 65,536 small hashes stay in Redis's compact listpack
 encoding (about 20 bytes a URL, against about 136 for a set of whole URLs).
 
-A field is in one of two states:
-    <epoch seconds>  claimed: a producer is publishing it, its lease runs until then
+A field is in one of these states:
+    o:<owner>        claimed: the producer process <owner> is publishing it
     'c'              confirmed: the broker has it
+    'h'              handled: a worker has settled it (worker/handled.py)
+    <epoch seconds>  claimed by an older producer, whose lease ran until then
 
 A URL is marked seen ('c') only once its publish is confirmed, and un-marked if the publish
-fails, so a crash between the two cannot make a URL disappear: a crash leaves at most a
-claim, whose lease runs out, and the next producer run with the same run id claims and
-publishes the URL again. The price is that such a URL may be published twice, which workers
-tolerate (delivery is at-least-once anyway).
+fails, so a crash between the two cannot make a URL disappear: a crash leaves at most a claim.
+
+Every producer process names itself with a random owner id and keeps a heartbeat key,
+Keys.producer_heartbeat(run, owner), alive while it runs (producer/liveness.py, and every
+claim call refreshes it). A claim whose owner's heartbeat has lapsed belongs to a dead producer:
+the next claim of that URL takes it over (TAKEN), and the URL is published again. One whose
+owner is still alive is BUSY: the caller asks again later, until the owner confirms it (then
+it is a duplicate), releases it or dies. So a producer re-run at once after a kill -9 publishes
+every URL the dead one did not confirm, and skips none in silence. A URL whose fate was unknown
+(published, confirm not received) may thus be published twice; the worker's handled mark keeps
+the second copy from being fetched or counted again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import Iterator, Sequence
 
 import redis
@@ -30,36 +40,71 @@ from shared.settings import Settings, redact
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_S = 300  # far longer than publishing one batch takes
 START_HINT = "start it with: redis-server --daemonize yes"
+# A producer is dead once its heartbeat key is this old. Far longer than a pause between two
+# beats (producer/liveness.py beats every second); short, because a re-run right after a crash
+# waits this long at most for the dead producer's claims.
+HEARTBEAT_TTL_MS = 5000
 
-# KEYS[i] is the hash of fingerprint i, ARGV[i + 1] its field; ARGV[1] is the lease in seconds.
-# Returns {lease expiry, claim_1, ..., claim_n} with claim_i = 1 (NEW, now claimed by the
-# caller) or 0 (DUP: confirmed, or claimed by someone whose lease still runs).
-# One script call per batch: atomic, and one round trip whatever the batch size.
+# Outcomes of a claim, one per fingerprint.
+DUP, NEW, TAKEN, BUSY = 0, 1, 2, 3
+
+# KEYS[1] is the run's stats hash, KEYS[i + 1] the hash of fingerprint i. ARGV[1] is the
+# caller's owner id, ARGV[2] the prefix of heartbeat keys (owner id appended), ARGV[3] the
+# heartbeat's TTL in ms, ARGV[i + 3] field i. Refreshes the caller's own heartbeat, and counts
+# takeovers in the stats hash as they happen (`taken_over`): a kill -9 cannot lose that count,
+# and no URL reaches the broker more often than once plus its takeovers. Returns one outcome
+# per fingerprint: NEW and TAKEN are now claimed by the caller; DUP is confirmed or handled,
+# or claimed by the caller already (a repeat); BUSY is claimed by a producer that is alive.
+# Each other owner's heartbeat is looked up once per call. One script call per batch: atomic,
+# one round trip.
 CLAIM_SCRIPT = """
-local now = tonumber(redis.call('TIME')[1])
-local expiry = now + tonumber(ARGV[1])
-local result = {expiry}
-for i, key in ipairs(KEYS) do
-  local field = ARGV[i + 1]
+local owner = ARGV[1]
+local mine = 'o:' .. owner
+local prefix = ARGV[2]
+redis.call('SET', prefix .. owner, '1', 'PX', tonumber(ARGV[3]))
+local now = nil
+local alive = {}
+local result = {}
+local taken = 0
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  local field = ARGV[i + 2]
   local state = redis.call('HGET', key, field)
-  local claimable = not state
-  if state and state ~= 'c' then
-    claimable = tonumber(state) == nil or tonumber(state) <= now
-  end
-  if claimable then
-    redis.call('HSET', key, field, expiry)
-    result[i + 1] = 1
+  local outcome = 0
+  if not state then
+    outcome = 1
+  elseif state == 'c' or state == 'h' or state == mine then
+    outcome = 0
+  elseif string.sub(state, 1, 2) == 'o:' then
+    local holder = string.sub(state, 3)
+    local live = alive[holder]
+    if live == nil then
+      live = redis.call('EXISTS', prefix .. holder) == 1
+      alive[holder] = live
+    end
+    outcome = live and 3 or 2
   else
-    result[i + 1] = 0
+    now = now or tonumber(redis.call('TIME')[1])
+    local expiry = tonumber(state)
+    outcome = (expiry ~= nil and expiry > now) and 3 or 2
   end
+  if outcome == 1 or outcome == 2 then
+    redis.call('HSET', key, field, mine)
+  end
+  if outcome == 2 then
+    taken = taken + 1
+  end
+  result[i - 1] = outcome
+end
+if taken > 0 then
+  redis.call('HINCRBY', KEYS[1], 'taken_over', taken)
 end
 return result
 """
 
-# Un-mark fields, but only claims that are still the caller's (same lease expiry): if the lease
-# ran out and another producer claimed the URL, its claim must stay.
+# Un-mark fields, but only claims that are still the caller's (ARGV[1] = 'o:<owner>'): a claim
+# another producer took over must stay.
 RELEASE_SCRIPT = """
 local released = 0
 for i, key in ipairs(KEYS) do
@@ -75,7 +120,8 @@ return released
 
 # KEYS[1] is the run's stats hash, KEYS[i + 1] the hash of fingerprint i; ARGV[1] is the number
 # n of counters, ARGV[2 .. 2n + 1] their names and increments, then the fields in KEYS order.
-# One script instead of one pipelined command per URL: far less to encode on the client.
+# One script instead of one pipelined command per URL: far less to encode on the client. A URL
+# a worker has handled already (a fast worker, or a copy published before a crash) stays so.
 CONFIRM_SCRIPT = """
 local counters = tonumber(ARGV[1])
 for c = 1, counters do
@@ -83,7 +129,10 @@ for c = 1, counters do
 end
 local first_field = 2 * counters + 2
 for i = 2, #KEYS do
-  redis.call('HSET', KEYS[i], ARGV[first_field + i - 2], 'c')
+  local field = ARGV[first_field + i - 2]
+  if redis.call('HGET', KEYS[i], field) ~= 'h' then
+    redis.call('HSET', KEYS[i], field, 'c')
+  end
 end
 return #KEYS - 1
 """
@@ -120,22 +169,39 @@ def connect_redis(settings: Settings) -> redis.Redis:
 
 
 class Claim:
-    """The outcome of claiming one batch: which fingerprints are new, and the lease token."""
+    """The outcome of claiming one batch: one of DUP, NEW, TAKEN, BUSY per fingerprint, and the
+    token that releases the caller's claims."""
 
-    def __init__(self, fingerprints: Sequence[bytes], is_new: Sequence[bool], token: bytes) -> None:
+    def __init__(self, fingerprints: Sequence[bytes], outcomes: Sequence[int], token: bytes) -> None:
         self.fingerprints = list(fingerprints)
-        self.is_new = list(is_new)
+        self.outcomes = list(outcomes)
         self.token = token
+
+    @property
+    def is_new(self) -> list[bool]:
+        """Claimed by the caller now, to be published: new, or taken over from a dead producer."""
+        return [outcome in (NEW, TAKEN) for outcome in self.outcomes]
+
+    @property
+    def taken_over(self) -> list[bool]:
+        return [outcome == TAKEN for outcome in self.outcomes]
+
+    @property
+    def busy(self) -> list[bool]:
+        """Claimed by a producer that is alive: neither new nor a duplicate yet."""
+        return [outcome == BUSY for outcome in self.outcomes]
 
 
 class Dedup:
-    """Claim, confirm and release fingerprints of one run."""
+    """Claim, confirm and release fingerprints of one run, as one producer process (`owner`)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, run_id: str, lease_s: int = DEFAULT_LEASE_S) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, run_id: str, owner: str = "") -> None:
         self._client = client
         self._keys = keys
         self._run_id = run_id
-        self._lease_s = lease_s
+        self.owner = owner or secrets.token_hex(6)
+        self._token = f"o:{self.owner}".encode()
+        self._heartbeat_prefix = keys.producer_heartbeat(run_id, "")
         # The key of each bucket's hash, made once: every batch names hundreds of them.
         self._bucket_keys: dict[bytes, str] = {}
         # register_script loads once and calls by EVALSHA, reloading on NOSCRIPT.
@@ -143,14 +209,24 @@ class Dedup:
         self._confirm = client.register_script(CONFIRM_SCRIPT)
         self._release = client.register_script(RELEASE_SCRIPT)
 
+    def beat(self) -> None:
+        """Say this producer is alive for HEARTBEAT_TTL_MS more."""
+        self._client.set(self._heartbeat_prefix + self.owner, b"1", px=HEARTBEAT_TTL_MS)
+
+    def stop_beating(self) -> None:
+        """Say this producer is gone, once it holds no claims: a later run need not wait."""
+        self._client.delete(self._heartbeat_prefix + self.owner)
+
     def claim(self, fingerprints: Sequence[bytes]) -> Claim:
         """Claim a batch in one atomic call; a fingerprint repeated in the batch is new once."""
         if not fingerprints:
-            return Claim([], [], b"")
+            return Claim([], [], self._token)
         keys, fields = self._locate(fingerprints)
-        reply = self._claim(keys=keys, args=[self._lease_s, *fields])
-        token = str(reply[0]).encode()
-        return Claim(fingerprints, [flag == 1 for flag in reply[1:]], token)
+        reply = self._claim(
+            keys=[self._keys.run_stats(self._run_id), *keys],
+            args=[self.owner, self._heartbeat_prefix, HEARTBEAT_TTL_MS, *fields],
+        )
+        return Claim(fingerprints, [int(outcome) for outcome in reply], self._token)
 
     def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None:
         """Mark published fingerprints seen for good and add `counters` to the run's stats hash,

@@ -15,6 +15,10 @@ each call that needs them is tried again with a growing pause for up to `patienc
 batches that were not confirmed are published again on the new connection. Only a refusal by
 the broker (a nack, an unroutable message) uses up one of the PUBLISH_ATTEMPTS. A stop request
 (`should_stop`) ends reading between two URLs; what is in flight is still settled.
+
+A claim can also be taken over from a producer that died (published again, counted as
+`republished`), or be held by one that is alive: such URLs are asked for again once the input
+is read, until that producer has confirmed them (duplicates), released them, or died.
 """
 
 from __future__ import annotations
@@ -46,9 +50,8 @@ T = TypeVar("T")
 
 PUBLISH_ATTEMPTS = 3  # the first try and two retries
 RETRY_PAUSE_S = 1.0
-# How long to wait for an unreachable RabbitMQ or Redis before giving up. Kept under the dedup
-# claim's lease (producer.dedup.DEFAULT_LEASE_S), so that no other producer can claim a URL
-# while this one still means to publish it.
+# How long to wait for an unreachable RabbitMQ or Redis before giving up. The claims stay ours
+# meanwhile as long as the heartbeat reaches Redis (producer/liveness.py).
 RECONNECT_PATIENCE_S = 240.0
 MAX_RECONNECT_PAUSE_S = 15.0
 BATCHES_IN_FLIGHT = 8
@@ -62,11 +65,16 @@ MAX_GROUP_HOLD_S = 0.5
 # Groups claimed ahead of the one published: its claim ran while the next group was read.
 CLAIMS_AHEAD = 1
 PROGRESS_EVERY_URLS = 10_000
+# Between two asks for URLs another producer, alive, has claimed: a fraction of its heartbeat's
+# TTL, so a dead one's claims are taken over soon after it is known dead.
+BUSY_RECHECK_S = 1.0
 
 
 class ClaimResult(Protocol):
-    is_new: list[bool]
-    token: bytes
+    @property
+    def is_new(self) -> list[bool]: ...
+    @property
+    def token(self) -> bytes: ...
 
 
 class DedupStore(Protocol):
@@ -99,6 +107,9 @@ class Counts:
     publish_failed: int = 0
     stopped_early: bool = False  # a stop was requested before every input was read
     not_due: int = 0  # recrawls: unchanged since the earlier run fetched them, not published
+    taken_over: int = 0  # claims of a dead producer taken over, to be published again
+    republished: int = 0  # of those, published: the broker may hold an earlier copy of each
+    left_claimed: int = 0  # stopped while another producer, alive, still held these URLs
 
     @property
     def enqueued_total(self) -> int:
@@ -129,6 +140,7 @@ class _InFlight:
     outcomes: Outcomes
     duplicates: int
     invalid: int
+    taken: list[bool]  # whether each URL's claim was taken over from a dead producer
 
 
 class Pipeline:
@@ -165,8 +177,10 @@ class Pipeline:
         self._marks = Background("producer-marks")
         # Read and claimed, or being claimed, not yet published; oldest first.
         self._claiming: collections.deque[_Claiming] = collections.deque()
+        self._busy: list[_Candidate] = []  # claimed by another producer, alive: to ask again
         self._unmarked: list[bytes] = []  # confirmed, to be marked seen with the next group
         self._unmarked_counters: collections.Counter[str] = collections.Counter()
+        self._marked_at = clock()  # when confirmed URLs were last marked seen
         self._invalid_unreported = 0
         # The same for every task: made once, not per URL.
         self._exchange = work_exchange(namespace)
@@ -190,6 +204,7 @@ class Pipeline:
                         self._send_claimed(ahead=0 if slow else CLAIMS_AHEAD)
             self._claim(group)
             self._send_claimed(ahead=0)
+            self._claim_busy_again()
         finally:
             # Even when something broke, settle what is in flight: confirmed URLs get marked,
             # failed ones un-marked, so the run can be resumed with the same run id.
@@ -222,9 +237,9 @@ class Pipeline:
             return
         group.append(_Candidate(entry, canonical, fingerprint(canonical)))
 
-    def _claim(self, group: list[_Candidate]) -> None:
-        """Start claiming `group` in the background."""
-        if group and self._previous_run is not None:
+    def _claim(self, group: list[_Candidate], again: bool = False) -> None:
+        """Start claiming `group` in the background (`again`: URLs found busy before)."""
+        if group and self._previous_run is not None and not again:
             group = self._due_again(group, self._previous_run)
         if group:
             fingerprints = [c.fingerprint for c in group]
@@ -232,6 +247,29 @@ class Pipeline:
                 self._patiently, "claiming URLs", lambda: self._dedup.claim(fingerprints)
             )
             self._claiming.append(_Claiming(group, self._claims.call(claim)))
+
+    def _claim_busy_again(self) -> None:
+        """Ask again for the URLs another producer held while it was alive, until each is settled:
+        confirmed by it (a duplicate), released by it, or taken over once it is dead."""
+        if self._busy:  # what was published is settled and marked before any wait
+            while self._in_flight:
+                self._complete(self._in_flight.popleft())
+            self._mark_seen()
+        while self._busy:
+            if self._should_stop():
+                self.counts.left_claimed = len(self._busy)
+                log.warning("stopping with %d URLs still claimed by another producer", len(self._busy))
+                return
+            log.info(
+                "%d URLs are claimed by another producer, alive: asking again in %.0f s",
+                len(self._busy),
+                BUSY_RECHECK_S,
+            )
+            self._sleep(BUSY_RECHECK_S)
+            busy, self._busy = self._busy, []
+            for start in range(0, len(busy), DEDUP_GROUP_URLS):
+                self._claim(busy[start : start + DEDUP_GROUP_URLS], again=True)
+                self._send_claimed(ahead=0)
 
     def _send_claimed(self, ahead: int) -> None:
         """Publish the groups claimed, oldest first, until no more than `ahead` are left."""
@@ -254,27 +292,52 @@ class Pipeline:
     def _send(self, claiming: _Claiming) -> None:
         """Publish the new URLs of a claimed group, a batch at a time."""
         claim = claiming.claim.result()
-        new = [c for c, is_new in zip(claiming.candidates, claim.is_new, strict=True) if is_new]
-        duplicates = len(claiming.candidates) - len(new)
+        new: list[_Candidate] = []
+        taken: list[bool] = []
+        busy = 0
+        flags = zip(
+            claiming.candidates, claim.is_new, _flags(claim, "taken_over"), _flags(claim, "busy"), strict=True
+        )
+        for candidate, is_new, was_taken, is_busy in flags:
+            if is_new:
+                new.append(candidate)
+                taken.append(was_taken)
+            elif is_busy:
+                self._busy.append(candidate)
+                busy += 1
+        duplicates = len(claiming.candidates) - len(new) - busy
+        taken_over = taken.count(True)
+        self.counts.taken_over += taken_over
+        if taken_over:
+            log.info("took over %d claims of a producer that is gone: publishing them again", taken_over)
         sent = 0
         try:
             # At least one batch, if empty, so that the group's counts are recorded.
             for start in range(0, max(len(new), 1), self._batch_size):
                 batch = new[start : start + self._batch_size]
-                self._submit(batch, claim.token, duplicates if start == 0 else 0)
+                group_counts = duplicates if start == 0 else 0
+                self._submit(batch, claim.token, group_counts, taken[start : start + self._batch_size])
                 sent = start + len(batch)
                 while len(self._in_flight) >= BATCHES_IN_FLIGHT:
                     self._complete(self._in_flight.popleft())
+                self._complete_confirmed()
                 self._marks.check()  # a failed mark ends the run here rather than at its end
         finally:
             if sent < len(new):  # the run broke off: what was not sent is given back
                 self._release_now([c.fingerprint for c in new[sent:]], claim.token)
 
+    def _complete_confirmed(self) -> None:
+        """Settle the batches whose confirms are all in, oldest first, without waiting: their
+        URLs are marked seen soon, not only once more batches push them out, so a kill -9
+        leaves few confirmed URLs unmarked (each such URL is published again by the next run)."""
+        while self._in_flight and getattr(self._in_flight[0].outcomes, "done", lambda: False)():
+            self._complete(self._in_flight.popleft())
+
     def _release_now(self, fingerprints: list[bytes], token: bytes) -> None:
         """Give claims back, in order behind the marks already queued, and wait for it."""
         self._marks.call(lambda: self._dedup.release(fingerprints, token)).result()
 
-    def _submit(self, batch: list[_Candidate], token: bytes, duplicates: int) -> None:
+    def _submit(self, batch: list[_Candidate], token: bytes, duplicates: int, taken: list[bool]) -> None:
         now = self._clock()
         recrawl_of = self._previous_run.run_id if self._previous_run is not None else None
         bodies = TaskBodies(self.run_id, now, recrawl_of)
@@ -294,6 +357,7 @@ class Pipeline:
                 outcomes=outcomes,
                 duplicates=duplicates,
                 invalid=self._invalid_unreported,
+                taken=taken,
             )
         )
         self._invalid_unreported = 0
@@ -359,11 +423,15 @@ class Pipeline:
         added = dict.fromkeys(QUEUE_KINDS, 0)
         for i in confirmed:
             added[item.queues[i]] += 1
+        republished = sum(1 for i in confirmed if item.taken[i])
         counters = {f"enqueued.{kind}": n for kind, n in added.items()}
-        counters.update(duplicates=item.duplicates, invalid=item.invalid)
+        # taken_over is counted in Redis by the claim itself (producer/dedup.py).
+        counters.update(duplicates=item.duplicates, invalid=item.invalid, republished=republished)
         self._unmarked += [item.fingerprints[i] for i in confirmed]
         self._unmarked_counters.update(counters)
-        if len(self._unmarked) >= DEDUP_GROUP_URLS:
+        # Marked a group at a time, or sooner when URLs come slowly: a URL confirmed but not
+        # marked is what a kill -9 leaves to be published again.
+        if len(self._unmarked) >= DEDUP_GROUP_URLS or self._clock() - self._marked_at >= MAX_GROUP_HOLD_S:
             self._mark_seen()
         if failed:
             failed_fps = [item.fingerprints[i] for i in sorted(failed)]
@@ -385,12 +453,14 @@ class Pipeline:
             if n:
                 metrics.URLS_ENQUEUED.labels(kind).inc(n)
         self.counts.duplicates += item.duplicates
+        self.counts.republished += republished
         metrics.URL_DUPLICATES.inc(item.duplicates)
 
     def _mark_seen(self) -> None:
         """Mark the URLs confirmed since the last time seen for good, and add up their counts.
         Marks need not hold up the loop: they run in the background, in order, and an error among
         them still ends the run, at the next batch sent or once all is settled."""
+        self._marked_at = self._clock()
         fingerprints, self._unmarked = self._unmarked, []
         counters, self._unmarked_counters = dict(self._unmarked_counters), collections.Counter()
         if fingerprints or any(counters.values()):
@@ -427,3 +497,10 @@ class Pipeline:
             sum(counts.invalid.values()),
             counts.publish_failed,
         )
+
+
+def _flags(claim: ClaimResult, name: str) -> list[bool]:
+    """A claim's per-URL `taken_over` or `busy` flags (producer.dedup.Claim); all False from a
+    dedup store that has no other producers to reckon with."""
+    flags: Sequence[bool] | None = getattr(claim, name, None)
+    return list(flags) if flags is not None else [False] * len(claim.is_new)

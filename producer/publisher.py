@@ -51,6 +51,10 @@ class PendingBatch:
         if size == 0:
             self._done.set()
 
+    def done(self) -> bool:
+        """Every outcome is in: `wait()` returns at once."""
+        return self._done.is_set()
+
     def resolve(self, index: int, ok: bool) -> None:
         """Record one outcome; only the I/O thread calls this."""
         if self.results[index] is None:

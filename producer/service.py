@@ -16,6 +16,7 @@ from typing import Any
 
 from producer.dedup import Claim, Dedup, connect_redis, redis_errors
 from producer.fetch import Fetch, HttpFetcher
+from producer.liveness import Heartbeat
 from producer.pipeline import Counts, Pipeline
 from producer.progress import showing_progress
 from producer.publisher import ConfirmingPublisher
@@ -56,6 +57,7 @@ class Options:
     routing_file: str = ""  # overrides Settings.routing_file
     recrawl_of: str = ""  # an earlier run: publish only what changed since (producer/recrawl.py)
     once: bool = False  # a run seeded to the end before is not read again (producer/seeding.py)
+    strict: bool = False  # any failed sitemap makes the exit code 3 (producer/exit_codes.py)
 
 
 def check_options(options: Options) -> None:
@@ -92,8 +94,9 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
     interrupted = threading.Event()  # by Ctrl-C (SIGINT), as opposed to a SIGTERM
     previous_run = PreviousRun(settings, options.recrawl_of) if options.recrawl_of else None
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
+    dedup = Dedup(client, Keys(settings.redis_prefix), options.run_id)
     try:
-        with redis_errors(settings), ConfirmingPublisher(settings) as publisher:
+        with redis_errors(settings), Heartbeat(dedup), ConfirmingPublisher(settings) as publisher:
             publisher.start()
             log.info("run %s: publishing; routing rules from %s", options.run_id, router.source)
             pipeline = Pipeline(
@@ -101,7 +104,7 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
                 settings.crawl_namespace,
                 settings.publish_batch_size,
                 router,
-                DedupOverRedis(Dedup(client, Keys(settings.redis_prefix), options.run_id), settings),
+                DedupOverRedis(dedup, settings),
                 publisher,
                 sleep=stop.wait,  # a stop request cuts a pause short
                 should_stop=stop.is_set,
@@ -154,8 +157,8 @@ class DedupOverRedis:
 def stop_on_sigterm(stop: threading.Event, interrupted: threading.Event) -> Iterator[None]:
     """While inside, SIGTERM and SIGINT (Ctrl-C) set `stop` instead of killing the process: the
     pipeline then stops reading and settles its batches (confirmed URLs marked seen, the others
-    released), so no URL is left claimed but unpublished until its lease runs out, and the
-    summary of what was done is printed as usual."""
+    released), so no URL is left claimed but unpublished, and the summary of what was done is
+    printed as usual."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
@@ -184,9 +187,13 @@ def summary(run_id: str, counts: Counts, reader: SitemapReader, elapsed_s: float
         "not_due": counts.not_due,
         "invalid": dict(sorted(counts.invalid.items())),
         "publish_failed": counts.publish_failed,
+        "taken_over": counts.taken_over,
+        "republished": counts.republished,
+        "left_claimed": counts.left_claimed,
         "stopped_early": counts.stopped_early,
         "sitemaps_read": reader.sitemaps_read,
         "sitemaps_failed": [{"url": f.url, "error": f.error} for f in reader.failures],
+        "sitemap_warnings": dict(sorted(reader.warnings.items())),
         "elapsed_s": round(elapsed_s, 3),
         "start_workers": START_WORKERS,
     }

@@ -1,77 +1,60 @@
-"""Reading sitemaps: XML urlsets and indexes, gzip, plain text, and robots.txt `Sitemap:` lines.
+"""Reading sitemaps: XML urlsets and indexes, RSS and Atom feeds (producer/feeds.py), gzip,
+plain text, and robots.txt `Sitemap:` lines.
 
 Sitemaps come from strangers, so:
   * the byte cap applies to DECOMPRESSED bytes (a small gzip can inflate to gigabytes);
-  * XML is parsed by defusedxml with DTDs forbidden (no entity expansion, no external files);
+  * XML (producer/sitemap_xml.py) is parsed by defusedxml with DTDs forbidden (no entity
+    expansion, no external files);
   * parsing streams and builds no tree: each entry's fields are picked out of expat's events
     and handed on, everything else is skipped as it goes by, and nesting and the bytes of one
     tag are bounded, so no document costs much more memory than one entry;
   * indexes nest only to a bounded depth and each sitemap is read once per run;
   * one broken sitemap is recorded with a one-line reason and the others go on: on any bytes,
-    nothing but SitemapError leaves `parse_sitemap`, and nothing at all leaves SitemapReader.
+    nothing but SitemapError leaves `parse_sitemap`, and nothing at all leaves SitemapReader;
+  * a body with nothing in it (no bytes, whitespace, a lone BOM) or an HTML page (a soft 404)
+    is a failed sitemap, not a sitemap without URLs;
+  * dates are normalised to UTC ISO 8601 (producer/lastmod.py); one that is no date becomes
+    None and is counted among the reader's warnings, as `invalid_lastmod`.
 """
 
 from __future__ import annotations
 
+import collections
 import gzip
 import io
 import logging
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urljoin
-from xml.etree.ElementTree import ParseError
 
-import defusedxml
-import defusedxml.ElementTree
 from protego import Protego
 
 from producer.fetch import Fetch, FetchFailed
+from producer.sitemap_types import ChildSitemap, SitemapEntry, SitemapError, SitemapFailure, join_url
+from producer.sitemap_xml import (
+    ENTRY_FIELDS,
+    MAX_ENTRY_FIELDS,
+    NOT_A_SITEMAP_HTML,
+    READ_CHUNK_BYTES,
+    _entry,
+    parse_xml,
+)
 from shared.urls import InvalidURL, canonicalize
 
 log = logging.getLogger(__name__)
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
-READ_CHUNK_BYTES = 64 * 1024
 MAX_ROBOTS_BYTES = 512 * 1024  # RFC 9309 lets a crawler stop reading robots.txt past 500 KiB
-CHANGEFREQS = frozenset({"always", "hourly", "daily", "weekly", "monthly", "yearly", "never"})
-MAX_LASTMOD_CHARS = 64
-ENTRY_FIELDS = frozenset({"loc", "lastmod", "priority", "changefreq"})
-MAX_ENTRY_FIELDS = 16  # kept per entry; a <url> holding a million <loc>s keeps only the first
-MAX_XML_DEPTH = 32  # sitemaps nest 4 deep, and every open element stays in memory
-# The bytes of one tag or text run (between two parser events). expat turns a tag's attributes
-# into objects some 30 times their size, so one giant tag must not reach the parser whole.
-MAX_XML_TOKEN_BYTES = 256 * 1024
 MAX_TEXT_LINE_BYTES = 16 * 1024  # far past the longest URL we accept
-
-
-@dataclass(slots=True)  # not frozen: made for every URL read, and frozen ones build slowly
-class SitemapEntry:
-    """A URL as a sitemap or URL file gave it (not yet canonical) with its hints."""
-
-    url: str
-    source: str
-    lastmod: str | None = None
-    priority: float | None = None
-    changefreq: str | None = None
-
-
-@dataclass(frozen=True)
-class ChildSitemap:
-    """A <sitemap><loc> of a sitemap index."""
-
-    url: str
-
-
-@dataclass(frozen=True)
-class SitemapFailure:
-    url: str
-    error: str
-
-
-class SitemapError(Exception):
-    """Why one sitemap document cannot be (fully) read; `str()` is one line."""
+# What an HTML page starts with, after an XML declaration and comments if any: a server's
+# "not found" page served with status 200 at a sitemap's URL.
+HTML_START = re.compile(
+    rb"(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*(?:<!doctype\s+html|<html[\s>/]|<head[\s>]|<body[\s>])",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 @dataclass
@@ -83,6 +66,7 @@ class SitemapReader:
     max_bytes: int
     sitemaps_read: int = 0
     failures: list[SitemapFailure] = field(default_factory=list)
+    warnings: collections.Counter[str] = field(default_factory=collections.Counter)
     _visited: set[str] = field(default_factory=set)
 
     def read_site(self, root_url: str) -> Iterator[SitemapEntry]:
@@ -94,7 +78,7 @@ class SitemapReader:
         robots_url = urljoin(root_url, "/robots.txt")
         try:
             text = self.fetch(robots_url)[:MAX_ROBOTS_BYTES].decode("utf-8", "replace")
-            joined = (_join(robots_url, s.strip()) for s in Protego.parse(text).sitemaps)
+            joined = (join_url(robots_url, s.strip()) for s in Protego.parse(text).sitemaps)
             listed = [url for url in joined if url is not None]
         except FetchFailed as exc:
             log.info("no robots.txt at %s (%s): trying /sitemap.xml", robots_url, exc)
@@ -124,11 +108,12 @@ class SitemapReader:
             self._fail(sitemap_url, str(exc))
             return
         urls = children = 0
+        warnings: collections.Counter[str] = collections.Counter()
         try:
-            for item in parse_sitemap(body, sitemap_url, self.max_bytes):
+            for item in parse_sitemap(body, sitemap_url, self.max_bytes, warnings):
                 if isinstance(item, ChildSitemap):
                     children += 1
-                    child = _join(sitemap_url, item.url)
+                    child = join_url(sitemap_url, item.url)
                     if child is None:
                         self._fail(item.url[:200], "invalid_url: cannot be parsed")
                         continue
@@ -139,31 +124,38 @@ class SitemapReader:
         except SitemapError as exc:
             self._fail(sitemap_url, f"{exc} (after {urls} URLs)" if urls else str(exc))
             return
+        finally:
+            self._warn(sitemap_url, warnings)
         self.sitemaps_read += 1
         log.info("read sitemap %s: %d URLs, %d child sitemaps", sitemap_url, urls, children)
+
+    def _warn(self, url: str, warnings: collections.Counter[str]) -> None:
+        for what, count in warnings.items():
+            log.warning("sitemap %s: %d entries with %s (taken as none)", url, count, what)
+        self.warnings.update(warnings)
 
     def _fail(self, url: str, error: str) -> None:
         log.warning("sitemap %s failed: %s", url, error)
         self.failures.append(SitemapFailure(url, error))
 
 
-def _join(base: str, reference: str) -> str | None:
-    """`reference` resolved against `base`, or None when it cannot be parsed ('http://[')."""
-    try:
-        return urljoin(base, reference)
-    except ValueError:
-        return None
-
-
-def parse_sitemap(body: bytes, source: str, max_bytes: int) -> Iterator[SitemapEntry | ChildSitemap]:
-    """Entries of a urlset, children of an index, or lines of a plain-text sitemap.
+def parse_sitemap(
+    body: bytes, source: str, max_bytes: int, warnings: collections.Counter[str] | None = None
+) -> Iterator[SitemapEntry | ChildSitemap]:
+    """Entries of a urlset or a feed, children of an index, or lines of a plain-text sitemap.
 
     gzip is recognised by its magic bytes, not by name: servers and names both lie.
     Raises SitemapError once the document turns out broken; what came before stays yielded.
+    Adds what was dropped from entries (an `invalid_lastmod`) to `warnings`.
     """
     stream = _CappedReader(body, max_bytes)
-    if stream.first_meaningful_byte() == b"<":
-        yield from _parse_xml(stream, source)
+    first = stream.first_meaningful_byte()
+    if not first:
+        raise SitemapError("empty body (nothing but whitespace)")
+    if first == b"<":
+        if HTML_START.match(stream.peeked()):
+            raise SitemapError(NOT_A_SITEMAP_HTML)
+        yield from parse_xml(stream, source, collections.Counter() if warnings is None else warnings)
     else:
         yield from _parse_text(stream, source)
 
@@ -224,6 +216,11 @@ class _CappedReader:
         self._peeked = head
         return head[:1]
 
+    def peeked(self) -> bytes:
+        """The bytes `first_meaningful_byte` read ahead (at least a chunk, unless the body is
+        shorter), not yet returned by `read`."""
+        return self._peeked
+
 
 def _parse_text(stream: _CappedReader, source: str) -> Iterator[SitemapEntry]:
     pending = b""  # the start of a line not yet ended
@@ -246,133 +243,15 @@ def _parse_text(stream: _CappedReader, source: str) -> Iterator[SitemapEntry]:
             return
 
 
-def _parse_xml(stream: _CappedReader, source: str) -> Iterator[SitemapEntry | ChildSitemap]:
-    builder = _EntryBuilder(source)
-    parser = defusedxml.ElementTree.XMLParser(
-        target=builder, forbid_dtd=True, forbid_entities=True, forbid_external=True
-    )
-    # expat calls the builder straight, not through ElementTree's wrappers, which expand every
-    # tag name and attribute list into new objects: a sitemap never reads an attribute. The
-    # defusing handlers defusedxml set on the same expat parser stay in place.
-    parser.parser.StartElementHandler = builder.start
-    parser.parser.EndElementHandler = builder.end
-    stream.max_bytes_unmarked = MAX_XML_TOKEN_BYTES
-    try:
-        while chunk := stream.read(READ_CHUNK_BYTES):
-            parser.feed(chunk)
-            if builder.events:
-                stream.mark()
-                builder.events = 0
-            if builder.entries:
-                yield from builder.entries
-                builder.entries = []
-            if builder.root_ended:  # what may follow the root builds nothing
-                stream.max_bytes_unmarked = None
-        parser.close()
-    except ParseError as exc:
-        raise SitemapError(f"bad XML: {exc}") from None
-    except LookupError as exc:  # an encoding Python does not know, named in the declaration
-        raise SitemapError(f"bad XML: {str(exc)[:100]}") from None
-    except defusedxml.DTDForbidden:
-        raise SitemapError("XML with a DTD refused (entity expansion risk)") from None
-    except defusedxml.DefusedXmlException as exc:
-        raise SitemapError(f"XML refused: {exc.__class__.__name__}") from None
-    yield from builder.entries  # none: an entry ends before its root does
-    if not builder.kind:
-        raise SitemapError("empty document")
-
-
-class _EntryBuilder:
-    """Takes expat's element events for a urlset or index and keeps only what an entry needs:
-    the text of the first MAX_ENTRY_FIELDS field elements of each direct child of the root.
-    No tree is built; everything else (images, extensions, junk) is skipped as it streams by.
-
-    Element names arrive as expat gives them ('namespace}loc' or 'loc'): only the local name
-    counts, as sitemaps in the wild use several namespaces or none.
-    """
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.kind = ""  # the root's local name
-        self.entries: list[SitemapEntry | ChildSitemap] = []  # made since the caller last took them
-        self.events = 0  # starts and ends since the caller last looked
-        self.root_ended = False
-        self._depth = 0
-        self._entry_name = ""
-        self._fields: dict[str, str] = {}
-        self._fields_seen = 0
-        self._field = ""  # the field element being read, at depth 3
-        self._text: list[str] = []  # its text so far
-        self._reading = False  # as ElementTree's .text: a field's text ends where a child begins
-
-    def start(self, tag: str, _attributes: list[str]) -> None:
-        self.events += 1
-        self._depth = depth = self._depth + 1
-        if depth == 3:  # a field of an entry
-            name = tag.rpartition("}")[2]
-            if name in ENTRY_FIELDS:
-                self._fields_seen += 1
-                if self._fields_seen <= MAX_ENTRY_FIELDS:
-                    self._field, self._text, self._reading = name, [], True
-        elif depth == 2:  # an entry
-            self._entry_name = tag.rpartition("}")[2]
-            self._fields = {}
-            self._fields_seen = 0
-        elif depth == 1:
-            self.kind = tag.rpartition("}")[2]
-            if self.kind not in ("urlset", "sitemapindex"):
-                raise SitemapError(f"not a sitemap (root element <{self.kind[:40]}>)")
-        else:
-            self._reading = False
-            if depth > MAX_XML_DEPTH:
-                raise SitemapError(f"XML nested deeper than {MAX_XML_DEPTH} elements")
-
-    def data(self, text: str) -> None:
-        if self._reading:
-            self._text.append(text)
-
-    def end(self, _tag: str) -> None:
-        self.events += 1
-        depth = self._depth
-        self._depth = depth - 1
-        if depth == 3:
-            if self._field:
-                self._fields[self._field] = "".join(self._text).strip()
-                self._field, self._reading = "", False
-        elif depth == 2:
-            entry = _entry(self._entry_name, self._fields, self.kind, self.source)
-            if entry is not None:
-                self.entries.append(entry)
-        elif depth == 1:
-            self.root_ended = True
-
-    def close(self) -> None:
-        pass
-
-
-def _entry(name: str, fields: dict[str, str], kind: str, source: str) -> SitemapEntry | ChildSitemap | None:
-    loc = fields.get("loc")
-    if not loc:
-        return None
-    if kind == "sitemapindex" and name == "sitemap":
-        return ChildSitemap(loc)
-    if kind == "urlset" and name == "url":
-        changefreq = fields.get("changefreq", "").lower()
-        return SitemapEntry(
-            url=loc,
-            source=source,
-            lastmod=fields.get("lastmod", "")[:MAX_LASTMOD_CHARS] or None,
-            priority=_priority(fields.get("priority", "")),
-            changefreq=changefreq if changefreq in CHANGEFREQS else None,
-        )
-    return None
-
-
-def _priority(text: str) -> float | None:
-    if not text:  # most entries have none, and a float() that fails costs an exception
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0.0 <= value <= 1.0 else None
+__all__ = [
+    "ENTRY_FIELDS",
+    "MAX_ENTRY_FIELDS",
+    "READ_CHUNK_BYTES",
+    "ChildSitemap",
+    "SitemapEntry",
+    "SitemapError",
+    "SitemapFailure",
+    "SitemapReader",
+    "_entry",
+    "parse_sitemap",
+]

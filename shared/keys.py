@@ -4,6 +4,7 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
 
     crawl:seen:<run>:<bucket>    hash   dedup fingerprints of one run (field = fingerprint tail)
     crawl:run:<run>:stats        hash   counters of one run (enqueued.<queue>, retries, cache_hits, ...)
+    crawl:run:<run>:producer:<owner> string present while producer process <owner> is alive (expires)
     crawl:run:<run>:state        string paused | cancelled (shared/runs.py); absent: running
     crawl:run:<run>:seeded       string the summary of the run's completed seeding (producer --once)
     crawl:rate:<domain>          string GCRA theoretical arrival time of a domain (expires)
@@ -49,6 +50,10 @@ class Keys:
 
     def run_stats_pattern(self) -> str:
         return f"{self.prefix}:run:*:stats"
+
+    def producer_heartbeat(self, run_id: str, owner: str) -> str:
+        """Alive while the producer process `owner` runs; its claims are taken over once gone."""
+        return f"{self.prefix}:run:{run_id}:producer:{owner}"
 
     def rate(self, domain: str) -> str:
         return f"{self.prefix}:rate:{domain}"

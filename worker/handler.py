@@ -44,6 +44,7 @@ from shared.topology import (
     retry_exchange,
 )
 from shared.urls import domain_of
+from worker.handled import HandledMarks
 from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
 from worker.poison import DeliveryLimit
@@ -127,6 +128,7 @@ class CrawlHandler:
     clock: Callable[[], float] = time.time
     delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
+    handled: HandledMarks | None = None  # skips a second copy of a URL already settled
     run_states: RunStates | None = None  # paused and cancelled runs (shared/runstate.py)
 
     def __post_init__(self) -> None:
@@ -183,6 +185,11 @@ class CrawlHandler:
             return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
 
     def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
+        if self.handled is not None and not progress.replays and self.handled.already_handled(task):
+            log.info(
+                "already handled %s run=%s: acked, not fetched", task.url, task.run_id, extra=_context(task)
+            )
+            return Outcome.done()
         if self.delivery_limit is not None:
             self.delivery_limit.mark_handling(self._local.delivery)
             self._local.marked = True
@@ -208,6 +215,8 @@ class CrawlHandler:
                 settled.set_exception(error)
                 return
             metrics.PAGES_STORED.labels(task.queue).inc()
+            if self.handled is not None:
+                self.handled.mark_later(task)
             log.info(
                 "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
                 task.url,
@@ -225,6 +234,8 @@ class CrawlHandler:
 
     def _skip(self, task: CrawlTask, reason: str, detail: str) -> Outcome:
         self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
+        if self.handled is not None:
+            self.handled.mark_later(task)
         metrics.SKIPS.labels(reason).inc()
         log.info("skipped %s run=%s: %s (%s)", task.url, task.run_id, reason, detail, extra=_context(task))
         return Outcome.done()

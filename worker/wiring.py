@@ -22,6 +22,7 @@ from shared.urls import fingerprint
 from worker.cache import ResponseCache
 from worker.deferred_writes import DeferringRedis
 from worker.fetch import Fetcher, FetchResult, Validators
+from worker.handled import HandledMarks
 from worker.handler import CacheEntry, CrawlHandler, Fetch, Response
 from worker.poison import DeliveryLimit
 from worker.politeness import LEASE_MARGIN_S, DomainGate, PolitenessConfig
@@ -208,6 +209,7 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         store=ResultStore(settings, batch_rows=min(BATCH_ROWS, settings.fetch_concurrency)),
         profiles=load_profiles(settings.extraction_profiles_file),
         delivery_limit=DeliveryLimit(client, keys, settings.crawl_namespace, settings.worker_id),
+        handled=HandledMarks(client, keys),
         # Its GET, once a second per run, carries the thread's held writes like any other.
         run_states=RunStates(client, keys),
     )

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from producer.dedup import Dedup, connect_redis, split_fingerprint
+from producer.dedup import BUSY, DUP, NEW, TAKEN, Dedup, connect_redis, split_fingerprint
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.settings import Settings
@@ -39,6 +39,7 @@ def test_concurrent_claims_make_each_fingerprint_new_exactly_once(settings: Sett
         client = connect_redis(settings)
         try:
             dedup = Dedup(client, Keys(settings.redis_prefix), RUN)
+            dedup.beat()  # alive: the other side's claims are busy, never taken over
             order = fps[:]
             random.Random(slot).shuffle(order)  # both race over every fingerprint
             barrier.wait()
@@ -46,6 +47,7 @@ def test_concurrent_claims_make_each_fingerprint_new_exactly_once(settings: Sett
                 batch = order[start : start + 100]
                 claim = dedup.claim(batch)
                 claimed[slot] += [fp for fp, new in zip(batch, claim.is_new, strict=True) if new]
+                assert not any(claim.taken_over)
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -90,18 +92,61 @@ def test_a_repeat_inside_one_batch_is_new_once(settings: Settings, client: redis
     assert dedup.claim([fp, fp, fp]).is_new == [True, False, False]
 
 
-def test_expired_lease_can_be_claimed_again(settings: Settings, client: redis.Redis) -> None:
+def test_claims_of_a_dead_producer_are_taken_over(settings: Settings, client: redis.Redis) -> None:
     keys = Keys(settings.redis_prefix)
-    crashed = Dedup(client, keys, RUN, lease_s=0)  # its lease ends as soon as it is taken
-    fps = fingerprints(3)
-    stale = crashed.claim(fps)
+    crashed = Dedup(client, keys, RUN)
+    fps = fingerprints(4)
+    stale = crashed.claim(fps[:3])
+    crashed.confirm(fps[:1])
     assert stale.is_new == [True] * 3
+    crashed.stop_beating()  # as its heartbeat lapses after a kill -9
 
-    successor = Dedup(client, keys, RUN, lease_s=300)
-    assert successor.claim(fps).is_new == [True] * 3
+    successor = Dedup(client, keys, RUN)
+    claim = successor.claim(fps)
+    assert claim.outcomes == [DUP, TAKEN, TAKEN, NEW]
+    assert claim.is_new == [False, True, True, True]
+    assert claim.taken_over == [False, True, True, False]
     # The crashed producer's late un-mark must not remove the successor's claims.
     assert crashed.release(fps, stale.token) == 0
-    assert successor.claim(fps).is_new == [False] * 3
+    assert successor.claim(fps).is_new == [False] * 4
+
+
+def test_claims_of_a_live_producer_are_busy_until_it_settles_them(
+    settings: Settings, client: redis.Redis
+) -> None:
+    keys = Keys(settings.redis_prefix)
+    first, second = Dedup(client, keys, RUN), Dedup(client, keys, RUN)
+    fps = fingerprints(3)
+    held = first.claim(fps)  # the claim call itself says `first` is alive
+    assert second.claim(fps).outcomes == [BUSY, BUSY, BUSY]
+    first.confirm(fps[:1])
+    assert first.release(fps[1:2], held.token) == 1
+    assert second.claim(fps).outcomes == [DUP, NEW, BUSY]
+    first.stop_beating()
+    assert second.claim(fps).outcomes == [DUP, DUP, TAKEN]
+
+
+def test_a_lease_of_an_older_producer_counts_until_it_expires(
+    settings: Settings, client: redis.Redis
+) -> None:
+    keys = Keys(settings.redis_prefix)
+    fps = fingerprints(2)
+    for fp, lease_end in zip(fps, [1, 4_000_000_000], strict=True):
+        bucket, field = split_fingerprint(fp)
+        client.hset(keys.seen(RUN, bucket), field, lease_end)
+    assert Dedup(client, keys, RUN).claim(fps).outcomes == [TAKEN, BUSY]
+
+
+def test_handled_urls_stay_handled(settings: Settings, client: redis.Redis) -> None:
+    keys = Keys(settings.redis_prefix)
+    dedup = Dedup(client, keys, RUN)
+    fp = fingerprints(1)[0]
+    dedup.claim([fp])
+    bucket, field = split_fingerprint(fp)
+    client.hset(keys.seen(RUN, bucket), field, "h")  # a fast worker settled it before the mark
+    dedup.confirm([fp])
+    assert client.hget(keys.seen(RUN, bucket), field) == b"h"
+    assert Dedup(client, keys, RUN).claim([fp]).outcomes == [DUP]
 
 
 def test_runs_do_not_share_dedup(settings: Settings, client: redis.Redis) -> None:

@@ -57,7 +57,7 @@ def test_urlset_entries_carry_their_hints() -> None:
       <url><loc>http://example.com/b</loc><priority>7</priority><changefreq>often</changefreq></url>
     </urlset>""".encode()
     assert list(parse_sitemap(body, "s.xml", MB)) == [
-        SitemapEntry("http://example.com/a", "s.xml", "2024-05-01T10:00:00+00:00", 0.8, "daily"),
+        SitemapEntry("http://example.com/a", "s.xml", "2024-05-01T10:00:00Z", 0.8, "daily"),
         SitemapEntry("http://example.com/b", "s.xml", None, None, None),  # out-of-range hints dropped
     ]
 
@@ -131,7 +131,7 @@ def test_broken_children_are_recorded_and_the_rest_go_on() -> None:
     assert errors["http://s/missing.xml"] == "HTTP 404"
     assert errors["http://s/bad.xml"].startswith("bad XML")
     assert "after 1 URLs" in errors["http://s/bad.xml"]
-    assert errors["http://s/html.xml"] == "not a sitemap (root element <html>)"
+    assert errors["http://s/html.xml"] == "not a sitemap (HTML page)"
     assert errors["ftp://s/x.xml"].startswith("invalid_url")
     assert all("\n" not in error for error in errors.values())
     assert reader.sitemaps_read == 2  # the index and good.xml

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis.exceptions
+
+from producer.liveness import Heartbeat
+
+pytestmark = pytest.mark.unit
+
+
+class FakeDedup:
+    def __init__(self, failures: int = 0) -> None:
+        self.beats = 0
+        self.stopped = False
+        self.failures = failures
+        self.beaten = threading.Event()
+
+    def beat(self) -> None:
+        self.beats += 1
+        if self.beats > 1 and self.failures:
+            self.failures -= 1
+            raise redis.exceptions.ConnectionError("gone")
+        if self.beats >= 4:
+            self.beaten.set()
+
+    def stop_beating(self) -> None:
+        self.stopped = True
+
+
+def test_beats_from_entry_until_exit_through_lost_connections() -> None:
+    dedup = FakeDedup(failures=2)
+    with Heartbeat(dedup, every_s=0.01):
+        assert dedup.beats >= 1  # before the first claim
+        assert dedup.beaten.wait(5)
+    assert dedup.stopped
+    beats = dedup.beats
+    threading.Event().wait(0.05)
+    assert dedup.beats == beats  # the thread ended with the block
+
+
+def test_the_heartbeat_is_removed_after_an_error_too() -> None:
+    dedup = FakeDedup()
+    with pytest.raises(RuntimeError), Heartbeat(dedup, every_s=0.01):
+        raise RuntimeError("the run broke")
+    assert dedup.stopped
