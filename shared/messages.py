@@ -106,7 +106,7 @@ class CrawlTask:
     def _checked(cls, data: dict[str, Any]) -> CrawlTask:
         # Checked one by one with plain type() tests: this runs for every page a worker handles.
         url, run_id, queue = data.get("url"), data.get("run_id"), data.get("queue")
-        if type(url) is not str or not 0 < len(url) <= MAX_URL_CHARS:
+        if type(url) is not str or not 0 < len(url) <= MAX_URL_CHARS or not _encodable(url):
             raise InvalidMessage(f"field 'url': expected 1 to {MAX_URL_CHARS} characters, got {_shape(url)}")
         if type(run_id) is not str or not RUN_ID_PATTERN.fullmatch(run_id):
             raise InvalidMessage(
@@ -121,7 +121,9 @@ class CrawlTask:
             )
         lastmod, changefreq = data.get("lastmod"), data.get("changefreq")
         for name, text in (("lastmod", lastmod), ("changefreq", changefreq)):
-            if text is not None and (type(text) is not str or len(text) > MAX_SHORT_TEXT_CHARS):
+            if text is not None and (
+                type(text) is not str or len(text) > MAX_SHORT_TEXT_CHARS or not _encodable(text)
+            ):
                 raise InvalidMessage(
                     f"field {name!r}: expected null or up to {MAX_SHORT_TEXT_CHARS} characters, "
                     f"got {_shape(text)}"
@@ -132,7 +134,7 @@ class CrawlTask:
                 f"field 'sitemap_priority': expected null or 0 to 1, got {_shape(sitemap_priority)}"
             )
         source = data.get("source", "")
-        if type(source) is not str or len(source) > MAX_SOURCE_CHARS:
+        if type(source) is not str or len(source) > MAX_SOURCE_CHARS or not _encodable(source):
             raise InvalidMessage(
                 f"field 'source': expected up to {MAX_SOURCE_CHARS} characters, got {_shape(source)}"
             )
@@ -328,6 +330,18 @@ def _plain(number: float | None) -> bool:
 def _is_number(value: Any) -> bool:
     kind = type(value)
     return kind is int or (kind is float and math.isfinite(value))
+
+
+def _encodable(text: str) -> bool:
+    """Not a lone surrogate in it (JSON can spell one; UTF-8, and so PostgreSQL, cannot).
+    Canonical URLs are ASCII, so the encoding is tried only on the rare other text."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _count(headers: Mapping[str, Any], name: str, strict: bool) -> int:

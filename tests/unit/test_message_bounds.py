@@ -67,6 +67,8 @@ def test_a_good_body_decodes() -> None:
         ("url", ""),
         ("url", ["http://a.test/"]),
         ("url", None),
+        ("url", "http://a.test/\ud800"),
+        ("source", "lone \udc00"),
         ("queue", "elsewhere"),
         ("queue", 1),
         ("priority", 10**18),
@@ -157,7 +159,12 @@ def test_failure_headers_are_cut_to_their_bounds() -> None:
         }
     )
     assert failure is not None
-    assert (len(failure.reason), len(failure.error), failure.http_status, failure.worker_id) == (64, 2000, None, "")
+    assert (len(failure.reason), len(failure.error), failure.http_status, failure.worker_id) == (
+        64,
+        2000,
+        None,
+        "",
+    )
 
 
 def test_a_short_body_is_dead_lettered_whole() -> None:

@@ -97,10 +97,14 @@ def test_one_encoder_for_a_batch_gives_each_task_its_own_bytes(
         (b"[1, 2]", "undecodable", "not a JSON object"),
         (b"[" * 30_000, "undecodable", "not JSON"),
         (b'{"run_id": "r", "queue": "bulk"}', "invalid_message", "'url'"),
-        (b'{"url": "http://a.test/", "run_id": "r", "queue": "elsewhere"}', "invalid_message", "unknown queue"),
         (
-            b'{"url": "http://a.test/", "run_id": "r", "queue": "bulk", "priority": 1, "lastmod": null, "x": 1, '
-            b'"enqueued_at": 1700000000, "sitemap_priority": null, "changefreq": null, "source": ""}',
+            b'{"url": "http://a.test/", "run_id": "r", "queue": "elsewhere"}',
+            "invalid_message",
+            "unknown queue",
+        ),
+        (
+            b'{"url": "http://a.test/", "run_id": "r", "queue": "bulk", "priority": 1, "lastmod": null, '
+            b'"x": 1, "enqueued_at": 1700000000, "sitemap_priority": null, "changefreq": null, "source": ""}',
             "",
             None,
         ),

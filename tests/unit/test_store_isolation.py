@@ -70,7 +70,9 @@ class FakeConnection:
 
 
 def page(url: str) -> PageRow:
-    return PageRow("r", url, url, 200, "text/html", None, None, None, None, None, "", [], "bulk", 0, False, 1, "w")
+    return PageRow(
+        "r", url, url, 200, "text/html", None, None, None, None, None, "", [], "bulk", 0, False, 1, "w"
+    )
 
 
 def write_batch(database: FakeDatabase, urls: list[str], **options: Any) -> dict[str, BaseException | None]:
@@ -93,7 +95,9 @@ def test_a_batch_without_bad_rows_is_one_transaction() -> None:
     assert database.committed == urls and database.transactions == 1
 
 
-@pytest.mark.parametrize("bad", ["http://a.test/out-of-range", "http://a.test/too-long", "http://a.test/duplicate"])
+@pytest.mark.parametrize(
+    "bad", ["http://a.test/out-of-range", "http://a.test/too-long", "http://a.test/duplicate"]
+)
 def test_a_row_refused_for_its_data_is_isolated_and_the_rest_committed(bad: str) -> None:
     database = FakeDatabase()
     good = [f"http://a.test/{i}" for i in range(15)]
@@ -125,7 +129,9 @@ def test_an_error_that_is_not_the_data_is_passed_on_as_it_is() -> None:
 def test_a_lost_connection_is_an_outage_not_a_bad_row() -> None:
     database = FakeDatabase(down_after=0)
     pauses: list[float] = []
-    outcomes = write_batch(database, ["http://a.test/1", "http://a.test/2"], patience_s=3.0, sleep=pauses.append)
+    outcomes = write_batch(
+        database, ["http://a.test/1", "http://a.test/2"], patience_s=3.0, sleep=pauses.append
+    )
     assert all(isinstance(error, ServiceUnavailable) for error in outcomes.values())
     assert pauses == [1.0, 2.0] and database.committed == []
 
