@@ -49,6 +49,8 @@ MAX_TASK_BYTES = 32 * 1024
 BODY_EXCERPT_BYTES = 4 * 1024  # what is kept of a longer body, for a person to look at
 # A run id is part of Redis keys and of the pages' primary key.
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A canonical URL is ASCII without spaces or control characters (shared/urls.py).
+_NOT_IN_A_URL = re.compile(r"[^\x21-\x7e]")
 MAX_SOURCE_CHARS = 4096
 MAX_SHORT_TEXT_CHARS = 64  # lastmod, changefreq
 MAX_MESSAGE_PRIORITY = 255  # what AMQP can carry
@@ -106,7 +108,7 @@ class CrawlTask:
     def _checked(cls, data: dict[str, Any]) -> CrawlTask:
         # Checked one by one with plain type() tests: this runs for every page a worker handles.
         url, run_id, queue = data.get("url"), data.get("run_id"), data.get("queue")
-        if type(url) is not str or not 0 < len(url) <= MAX_URL_CHARS or not _encodable(url):
+        if type(url) is not str or not 0 < len(url) <= MAX_URL_CHARS or _NOT_IN_A_URL.search(url):
             raise InvalidMessage(f"field 'url': expected 1 to {MAX_URL_CHARS} characters, got {_shape(url)}")
         if type(run_id) is not str or not RUN_ID_PATTERN.fullmatch(run_id):
             raise InvalidMessage(
