@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from shared import db
 from shared.errors import ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
 from worker.store import PageRow, ResultStore
@@ -150,3 +151,29 @@ def test_an_outage_during_the_bisection_keeps_the_rows_not_yet_settled() -> None
     assert sorted(database.committed) == sorted(urls)
     assert isinstance(outcomes["http://a.test/too-long"], UnstorableRow)
     assert len(outcomes) == 9
+
+
+@pytest.mark.parametrize(
+    ("error", "data"),
+    [
+        (psycopg.errors.NumericValueOutOfRange("integer out of range"), True),  # 22003
+        (psycopg.errors.ProgramLimitExceeded("index row size exceeds maximum"), True),  # 54000
+        (psycopg.errors.StringDataRightTruncation("value too long"), True),  # 22001
+        (psycopg.errors.UniqueViolation("duplicate key"), True),  # 23505
+        (psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes"), True),  # client-side
+        (UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"), True),  # cannot be sent
+        (psycopg.errors.AdminShutdown("terminating connection"), False),  # 57P01
+        (psycopg.errors.ConnectionFailure("connection failure"), False),  # 08006
+        (psycopg.OperationalError("server closed the connection unexpectedly"), False),
+        (psycopg.errors.UndefinedColumn("no such column"), False),  # our bug, not the row's data
+    ],
+)
+def test_errors_are_told_apart_by_sqlstate_class(error: BaseException, data: bool) -> None:
+    assert db.is_data_error(error) is data
+
+
+def test_translate_lets_a_data_error_through_and_turns_a_lost_connection_into_an_outage() -> None:
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded), db.translate(Settings()):
+        raise psycopg.errors.ProgramLimitExceeded("index row size exceeds maximum")
+    with pytest.raises(ServiceUnavailable), db.translate(Settings()):
+        raise psycopg.errors.AdminShutdown("terminating connection due to administrator command")
