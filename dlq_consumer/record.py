@@ -28,18 +28,15 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from shared.errors import DecodeError
-from shared.messages import (
+from shared.message_bounds import (
     BODY_BYTES_HEADER,
     BODY_SHA256_HEADER,
     MAX_ERROR_CHARS,
     MAX_NAME_CHARS,
     MAX_REASON_CHARS,
-    QUEUE_KINDS,
-    CrawlTask,
-    Failure,
-    Progress,
     bounded_body,
 )
+from shared.messages import QUEUE_KINDS, CrawlTask, Failure, Progress
 from shared.topology import work_queue
 
 UNDECODABLE = "undecodable"

@@ -25,7 +25,7 @@ from producer.spread import spread_hosts
 from shared import broker
 from shared.errors import ConfigError
 from shared.keys import Keys
-from shared.messages import RUN_ID_PATTERN
+from shared.message_bounds import RUN_ID_PATTERN
 from shared.settings import Settings
 from shared.topology import build_topology
 from shared.urls import InvalidURL, canonicalize

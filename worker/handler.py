@@ -34,7 +34,8 @@ from shared.errors import (
     TransientError,
     UnstorableRow,
 )
-from shared.messages import CrawlTask, Failure, Progress, bounded_body
+from shared.message_bounds import bounded_body
+from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import Topology, dead_letter_exchange, delay_routing_key, retry_exchange
 from shared.urls import domain_of

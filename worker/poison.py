@@ -36,7 +36,8 @@ from shared.broker import Publication
 from shared.consumer import Delivery, Outcome
 from shared.errors import DecodeError
 from shared.keys import Keys
-from shared.messages import REPLAY_HEADER, CrawlTask, Failure, Progress, bounded_body
+from shared.message_bounds import bounded_body
+from shared.messages import REPLAY_HEADER, CrawlTask, Failure, Progress
 from shared.redis_errors import translate_redis_errors
 from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
 from worker.deferred_writes import flush, write_later

@@ -23,7 +23,8 @@ from dlq_consumer.replay import replay
 from dlq_consumer.service import DeadLetterRecorder
 from shared import broker, db
 from shared.consumer import Delivery, Subscription, run_consumers
-from shared.messages import CrawlTask, Failure, Progress, bounded_body
+from shared.message_bounds import bounded_body
+from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import (
     build_topology,

@@ -12,14 +12,17 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from shared.errors import DecodeError, InvalidMessage
-from shared.messages import (
-    ATTEMPT_HEADER,
+from shared.message_bounds import (
     BODY_BYTES_HEADER,
     BODY_EXCERPT_BYTES,
     BODY_SHA256_HEADER,
+    MAX_TASK_BYTES,
+    bounded_body,
+)
+from shared.messages import (
+    ATTEMPT_HEADER,
     ERROR_HEADER,
     FIRST_FAILURE_HEADER,
-    MAX_TASK_BYTES,
     REASON_HEADER,
     REPLAY_HEADER,
     STATUS_HEADER,
@@ -27,7 +30,6 @@ from shared.messages import (
     CrawlTask,
     Failure,
     Progress,
-    bounded_body,
 )
 
 pytestmark = pytest.mark.unit

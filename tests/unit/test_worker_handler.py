@@ -11,10 +11,9 @@ import pytest
 
 from shared.consumer import Delivery, Outcome
 from shared.errors import BlockedAddress, PermanentError, ServiceUnavailable, TransientError, UnstorableRow
+from shared.message_bounds import BODY_BYTES_HEADER, BODY_SHA256_HEADER
 from shared.messages import (
     ATTEMPT_HEADER,
-    BODY_BYTES_HEADER,
-    BODY_SHA256_HEADER,
     ERROR_HEADER,
     REASON_HEADER,
     CrawlTask,
