@@ -3,11 +3,17 @@ the row the store keeps. No I/O here, so every rule below is tested without a br
 
 Where each field comes from, most trusted first:
   url, run_id      the task body; 'undecodable:<sha256 of body>' and '' when it does not decode
-  reason, error    our Failure headers (the worker knew why) → 'undecodable' when the body is bad
+  reason, error    our Failure headers (the worker knew why) → 'undecodable' or 'invalid_message'
+                   when the body is bad
                    → the broker's newest x-death entry ('expired', 'rejected', 'delivery_limit')
   origin queue     our Failure headers → the queue named in x-death → the body's queue kind,
                    always as the full queue name
-  attempts/replays our Progress headers
+  attempts/replays our Progress headers (a value out of bounds reads as 0)
+  body             whole up to MAX_TASK_BYTES, else an excerpt; body_bytes and body_sha256 are of
+                   the whole, from the worker's headers when it already cut the body
+
+Every text field is cut to a bound, so no message, however built, makes a row PostgreSQL refuses
+for its size; `bounded_record` is the last resort when it refuses one anyway.
 """
 
 from __future__ import annotations
@@ -22,12 +28,23 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from shared.errors import DecodeError
+from shared.message_bounds import (
+    BODY_BYTES_HEADER,
+    BODY_SHA256_HEADER,
+    MAX_ERROR_CHARS,
+    MAX_NAME_CHARS,
+    MAX_REASON_CHARS,
+    bounded_body,
+)
 from shared.messages import QUEUE_KINDS, CrawlTask, Failure, Progress
 from shared.topology import work_queue
 
 UNDECODABLE = "undecodable"
 UNKNOWN_REASON = "unknown"
+UNSTORABLE = "unstorable"
 X_DEATH_HEADER = "x-death"
+MAX_X_DEATH_ENTRIES = 20  # the broker keeps one per queue and reason: a handful
+_HEX = frozenset("0123456789abcdef")
 
 
 class ReceivedMessage(Protocol):
@@ -54,6 +71,8 @@ class DeadLetterRecord:
     body: bytes
     x_death: list[Any] | None  # JSON-safe copy of the broker's header
     first_failed_at: float | None  # epoch seconds, from our headers when the worker set it
+    body_bytes: int = 0  # of the whole body, which `body` may be an excerpt of
+    body_sha256: str = ""
 
 
 def record_from_delivery(message: ReceivedMessage, namespace: str) -> DeadLetterRecord:
@@ -64,17 +83,18 @@ def record_from_delivery(message: ReceivedMessage, namespace: str) -> DeadLetter
     deaths = _deaths(headers.get(X_DEATH_HEADER))
     newest_death = deaths[0] if deaths else {}  # the broker keeps the newest entry first
 
+    body, body_bytes, body_sha256 = _body_of(message.body, headers)
     task: CrawlTask | None
-    decode_error = ""
+    decode_reason = decode_error = ""
     try:
         task = CrawlTask.decode(message.body)
     except DecodeError as exc:
-        task, decode_error = None, exc.detail
+        task, decode_reason, decode_error = None, exc.reason, exc.detail
 
     if failure is not None:
         reason, error = failure.reason, failure.error
     elif task is None:
-        reason, error = UNDECODABLE, decode_error
+        reason, error = decode_reason, decode_error
     elif newest_death:
         reason = _as_text(newest_death.get("reason")) or UNKNOWN_REASON
         error = _describe_death(newest_death)
@@ -90,22 +110,66 @@ def record_from_delivery(message: ReceivedMessage, namespace: str) -> DeadLetter
     if task is not None:
         run_id, url = task.run_id, task.url
     else:
-        run_id, url = "", f"{UNDECODABLE}:{hashlib.sha256(message.body).hexdigest()}"
+        run_id, url = "", f"{UNDECODABLE}:{body_sha256}"
 
     return DeadLetterRecord(
         run_id=_clean(run_id),
         url=_clean(url),
-        reason=_clean(reason),
-        last_error=_clean(error),
+        reason=_clean(reason[:MAX_REASON_CHARS]),
+        last_error=_clean(error[:MAX_ERROR_CHARS]),
         http_status=failure.http_status if failure else None,
         attempts=progress.attempt,
         replays=progress.replays,
-        origin_queue=_clean(origin),
+        origin_queue=_clean(origin[:MAX_NAME_CHARS]),
         worker_id=_clean(failure.worker_id if failure else ""),
-        body=message.body,
-        x_death=[json_safe(d) for d in deaths] if deaths else None,
+        body=body,
+        x_death=[json_safe(d) for d in deaths[:MAX_X_DEATH_ENTRIES]] if deaths else None,
         first_failed_at=progress.first_failure_at,
+        body_bytes=body_bytes,
+        body_sha256=body_sha256,
     )
+
+
+def bounded_record(record: DeadLetterRecord, refusal: str) -> DeadLetterRecord:
+    """What is kept of a dead letter PostgreSQL refused to store (`refusal` is its message):
+    keyed on the body's hash instead of the run and URL, with the fields that came from outside
+    dropped and the refusal in `last_error`. Made of hex, short ASCII and our own numbers, it
+    stores; the message is not parked for ever."""
+    return DeadLetterRecord(
+        run_id="",
+        url=f"{UNSTORABLE}:{record.body_sha256}",
+        reason=_ascii(record.reason, MAX_REASON_CHARS),
+        last_error=_ascii(f"stored in bounded form; PostgreSQL refused the row: {refusal}", MAX_ERROR_CHARS),
+        http_status=record.http_status,
+        attempts=record.attempts,
+        replays=record.replays,
+        origin_queue=_ascii(record.origin_queue, MAX_NAME_CHARS),
+        worker_id="",
+        body=record.body,
+        x_death=None,
+        first_failed_at=None,
+        body_bytes=record.body_bytes,
+        body_sha256=record.body_sha256,
+    )
+
+
+def _body_of(received: bytes, headers: Mapping[str, Any]) -> tuple[bytes, int, str]:
+    """The body to keep, and the size and sha256 of the whole: the worker's headers say them
+    when it already cut the body to an excerpt."""
+    body, _ = bounded_body(received)
+    size, digest = headers.get(BODY_BYTES_HEADER), headers.get(BODY_SHA256_HEADER)
+    if isinstance(digest, bytes):
+        digest = digest.decode("ascii", "replace")
+    if (
+        body is received
+        and type(size) is int
+        and size > len(received)
+        and isinstance(digest, str)
+        and len(digest) == 64
+        and set(digest) <= _HEX
+    ):
+        return body, size, digest
+    return body, len(received), hashlib.sha256(received).hexdigest()
 
 
 def _deaths(value: Any) -> list[Mapping[str, Any]]:
@@ -124,12 +188,16 @@ def _describe_death(death: Mapping[str, Any]) -> str:
 def json_safe(value: Any) -> Any:
     """A copy of a decoded AMQP header value that json.dumps and PostgreSQL's jsonb accept."""
     if isinstance(value, Mapping):
-        return {_clean(str(k)): json_safe(v) for k, v in value.items()}
+        return {
+            _clean(str(k)[:MAX_NAME_CHARS]): json_safe(v)
+            for k, v in list(value.items())[:MAX_X_DEATH_ENTRIES]
+        }
     if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
+        return [json_safe(v) for v in value[:MAX_X_DEATH_ENTRIES]]
     if isinstance(value, dt.datetime):
         return value.isoformat()
     if isinstance(value, bytes):
+        value = value[:MAX_ERROR_CHARS]
         try:
             return _clean(value.decode("utf-8"))
         except UnicodeDecodeError:
@@ -137,18 +205,24 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, str):
-        return _clean(value)
+        return _clean(value[:MAX_ERROR_CHARS])
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # jsonb has no NaN or infinity
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        return str(value)  # past what JSON readers keep exact
     if value is None or isinstance(value, bool | int | float):
         return value
-    return _clean(str(value))
+    return _clean(str(value)[:MAX_ERROR_CHARS])
 
 
 def _as_text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value if isinstance(value, str) else ""
+
+
+def _ascii(text: str, limit: int) -> str:
+    return text[:limit].encode("ascii", "replace").decode().replace("\x00", "?")
 
 
 def _clean(text: str) -> str:

@@ -2,7 +2,9 @@
 
 The ack waits for the commit: a message whose row was not committed stays in the queue. Rejecting
 here would lose it for good (the dead-letter queue has nowhere further to send it), so a database
-that cannot be reached raises ServiceUnavailable and the runtime retries the same message.
+that cannot be reached raises ServiceUnavailable and the runtime retries the same message. A row
+PostgreSQL refuses for its data (`db.is_data_error`) is stored in bounded form instead
+(`record.bounded_record`): retrying it would only park the queue behind it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from dlq_consumer import store
-from dlq_consumer.record import record_from_delivery
+from dlq_consumer.record import DeadLetterRecord, bounded_record, record_from_delivery
 from shared import db
 from shared.consumer import Delivery, Outcome, Subscription, run_consumers
 from shared.metrics import DEAD_LETTERS, start_metrics_server
@@ -37,19 +39,23 @@ class DeadLetterRecorder:
     def __call__(self, delivery: Delivery) -> Outcome:
         record = record_from_delivery(delivery, self._settings.crawl_namespace)
         try:
-            with db.translate(self._settings):
-                conn = self._connection()
-                store.upsert(conn, record)
-                conn.commit()
-        except BaseException:
-            self._discard_connection()  # it may be mid-transaction or broken: start clean
-            raise
+            self._store(record)
+        except Exception as exc:
+            if not db.is_data_error(exc):
+                raise
+            log.warning(
+                "PostgreSQL refused dead letter %s: %s; storing it bounded",
+                record.url[:200],
+                db.error_line(exc),
+            )
+            record = bounded_record(record, db.error_line(exc))
+            self._store(record)
         # Counted once committed, like the row: a delivery that fails here is counted on its retry.
         DEAD_LETTERS.labels(record.reason).inc()
         log.info(
             "dead letter %s run=%s reason=%s attempts=%d replays=%d",
-            record.url,
-            record.run_id,
+            record.url[:200],
+            record.run_id[:64],
             record.reason,
             record.attempts,
             record.replays,
@@ -58,6 +64,16 @@ class DeadLetterRecorder:
 
     def close(self) -> None:
         self._discard_connection()
+
+    def _store(self, record: DeadLetterRecord) -> None:
+        try:
+            with db.translate(self._settings):
+                conn = self._connection()
+                store.upsert(conn, record)
+                conn.commit()
+        except BaseException:
+            self._discard_connection()  # it may be mid-transaction or broken: start clean
+            raise
 
     def _connection(self) -> store.Connection:
         if self._conn is None or self._conn.closed:

@@ -24,10 +24,12 @@ Connection = psycopg.Connection[Any]
 
 UPSERT_DEAD_LETTER = """
 INSERT INTO dead_letters (run_id, url, reason, last_error, http_status, attempts, replays,
-                          origin_queue, worker_id, body, x_death, first_failed_at)
+                          origin_queue, worker_id, body, x_death, first_failed_at, body_bytes,
+                          body_sha256)
 SELECT %(run_id)s, %(url)s, %(reason)s, %(last_error)s, %(http_status)s, %(attempts)s,
        %(replays)s, %(origin_queue)s, %(worker_id)s, %(body)s, %(x_death)s,
-       COALESCE(to_timestamp(%(first_failed_at)s::double precision), now())
+       COALESCE(to_timestamp(%(first_failed_at)s::double precision), now()), %(body_bytes)s,
+       %(body_sha256)s
 -- A stored page wins: a stale copy of a URL the run already stored (a redelivery, a copy that
 -- crossed a crash) is not recorded as dead, so every URL keeps exactly one outcome.
 WHERE NOT EXISTS (SELECT 1 FROM pages WHERE pages.run_id = %(run_id)s AND pages.url = %(url)s)
@@ -37,8 +39,8 @@ ON CONFLICT (run_id, url) DO UPDATE SET
     -- a stale copy with an older count must not make the URL look replayed fewer times
     replays = GREATEST(dead_letters.replays, EXCLUDED.replays),
     origin_queue = EXCLUDED.origin_queue, worker_id = EXCLUDED.worker_id,
-    body = EXCLUDED.body, x_death = EXCLUDED.x_death,
-    last_failed_at = now(), state = 'dead'
+    body = EXCLUDED.body, x_death = EXCLUDED.x_death, body_bytes = EXCLUDED.body_bytes,
+    body_sha256 = EXCLUDED.body_sha256, last_failed_at = now(), state = 'dead'
 """
 
 COLUMNS = """id, run_id, url, reason, last_error, http_status, attempts, replays, origin_queue,
@@ -138,6 +140,8 @@ def upsert(conn: Connection, record: DeadLetterRecord) -> None:
             "body": record.body,
             "x_death": Jsonb(record.x_death) if record.x_death is not None else None,
             "first_failed_at": record.first_failed_at,
+            "body_bytes": record.body_bytes,
+            "body_sha256": record.body_sha256,
         },
     )
 

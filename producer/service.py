@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-import re
 import secrets
 import signal
 import threading
@@ -28,6 +27,7 @@ from producer.spread import spread_hosts
 from shared import broker
 from shared.errors import ConfigError
 from shared.keys import Keys
+from shared.message_bounds import RUN_ID_PATTERN
 from shared.settings import Settings
 from shared.topology import build_topology
 from shared.urls import InvalidURL, canonicalize
@@ -35,7 +35,6 @@ from worker.proxies import ProxyPool
 
 log = logging.getLogger(__name__)
 
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # it becomes part of Redis keys
 START_WORKERS = (
     "python -m worker  (as many as you like, plus python -m dlq_consumer; "
     "or all in one: make crawl SITEMAP=<url>)"
@@ -62,7 +61,13 @@ class Options:
 
 def check_options(options: Options) -> None:
     if not RUN_ID_PATTERN.fullmatch(options.run_id):
-        raise ConfigError(f"--run-id: use up to 64 letters, digits, '.', '-' or '_', got {options.run_id!r}")
+        raise ConfigError(
+            f"--run-id: use up to 64 letters, digits, '.', '-' or '_', got {options.run_id[:80]!r}"
+        )
+    if options.recrawl_of and not RUN_ID_PATTERN.fullmatch(options.recrawl_of):
+        raise ConfigError(
+            f"--recrawl-of: use up to 64 letters, digits, '.', '-' or '_', got {options.recrawl_of[:80]!r}"
+        )
     if not (options.sitemaps or options.sites or options.url_files):
         raise ConfigError("nothing to read: give at least one --sitemap, --site or --urls")
     for flag, urls in (("--sitemap", options.sitemaps), ("--site", options.sites)):

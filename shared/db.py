@@ -108,12 +108,37 @@ def _statements(ddl: str) -> list[str]:
     return [s.strip() for s in statements if s.strip()]
 
 
+# SQLSTATE classes that blame the data, not the database: 22 data exception (integer out of
+# range, bad text, bad JSON), 23 integrity constraint violation, 54 program limit exceeded
+# (index row too large). psycopg files class 54 under OperationalError, beside lost connections.
+DATA_ERROR_CLASSES = frozenset({"22", "23", "54"})
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """PostgreSQL (or psycopg, before sending) refused a row for what it holds: the same row
+    fails again however often it is retried, and other rows are not affected."""
+    if isinstance(exc, UnicodeEncodeError | psycopg.DataError | psycopg.IntegrityError):
+        return True  # a lone surrogate cannot be sent; a NUL in text is refused before sending
+    if isinstance(exc, psycopg.Error):
+        return (exc.sqlstate or "")[:2] in DATA_ERROR_CLASSES
+    return False
+
+
+def error_line(exc: BaseException) -> str:
+    """The database's message in one line, for a dead letter or a log line."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:500] if text else exc.__class__.__name__
+
+
 @contextlib.contextmanager
 def translate(settings: Settings) -> Iterator[None]:
-    """Turn a lost or refused database connection into ServiceUnavailable."""
+    """Turn a lost or refused database connection into ServiceUnavailable; an error that blames
+    the data (see `is_data_error`) passes through."""
     try:
         yield
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        if is_data_error(exc):
+            raise
         raise _unavailable(settings, exc) from None
 
 

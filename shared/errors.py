@@ -6,7 +6,9 @@
     └── TaskError              something went wrong with one URL
         ├── TransientError     worth retrying later (timeouts, connection resets, 429, 5xx)
         └── PermanentError     retrying cannot help (bad URL, 404, unsupported content, bad message)
-            ├── DecodeError    a message body that is not a valid task
+            ├── DecodeError    a message body that is not a valid task ('undecodable')
+            │   └── InvalidMessage  one that decodes, but a field or header is out of bounds
+            ├── UnstorableRow  PostgreSQL refused a row for its data (too long, out of range)
             └── BlockedAddress a URL whose host is, or resolves to, an address we must not reach
 
 Library errors (requests, pika, psycopg, redis) are translated into these where they enter,
@@ -57,8 +59,25 @@ class PermanentError(TaskError):
 class DecodeError(PermanentError):
     """A message body that does not decode into a task."""
 
+    def __init__(self, detail: str, reason: str = "undecodable") -> None:
+        super().__init__(reason, detail)
+
+
+class InvalidMessage(DecodeError):
+    """A message whose body is a JSON object, but a field or one of our headers is missing, of
+    the wrong type or out of bounds (a run id of a megabyte, an attempt of 10**18)."""
+
     def __init__(self, detail: str) -> None:
-        super().__init__("undecodable", detail)
+        super().__init__(detail, "invalid_message")
+
+
+class UnstorableRow(PermanentError):
+    """PostgreSQL refused a row for what it holds (SQLSTATE classes 22, 23, 54: a value out of
+    range, an index row too large, bad text). Retrying cannot help, and the row must not hold
+    back the rows stored beside it."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("unstorable", detail)
 
 
 class BlockedAddress(PermanentError):

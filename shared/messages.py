@@ -4,6 +4,9 @@ A task body never changes once published. What changes as a URL moves through re
 dead-lettering travels in headers of our own (no ``x-`` prefix: since RabbitMQ 3.13 the broker
 owns those); the producer's first publish carries none, which reads as a fresh URL. A body that
 does not decode raises DecodeError, which dead-letters the message instead of crash-looping it.
+
+Everything a message brings is bounded where it is decoded (shared/message_bounds.py): a field
+or one of our headers out of bounds raises InvalidMessage (reason 'invalid_message').
 """
 
 from __future__ import annotations
@@ -15,9 +18,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import DecodeError
+from shared.errors import DecodeError, InvalidMessage
+from shared.message_bounds import (
+    MAX_ERROR_CHARS,
+    MAX_NAME_CHARS,
+    MAX_REASON_CHARS,
+    MAX_TASK_BYTES,
+    cut_text,
+    header_count,
+    header_epoch_s,
+    task_fields,
+)
+from shared.message_bounds import QUEUE_KINDS as QUEUE_KINDS  # re-exported, where it always was
 
-QUEUE_KINDS = ("priority", "ttl", "bulk")
 # One encoder for every task body: json.dumps with any option builds a new encoder per call.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 _json_string = json.encoder.encode_basestring_ascii  # the C function json.dumps uses for str
@@ -62,22 +75,23 @@ class CrawlTask:
 
     @classmethod
     def decode(cls, body: bytes) -> CrawlTask:
+        """The task `body` holds; DecodeError if it is not a JSON object, InvalidMessage if it
+        is one whose fields are not a task's (each checked for type and bounds)."""
+        if len(body) > MAX_TASK_BYTES:
+            raise InvalidMessage(f"body of {len(body)} bytes, over the {MAX_TASK_BYTES} a task can take")
         try:
             data = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise DecodeError(f"body is not JSON ({exc.__class__.__name__})") from None
+        except RecursionError:
+            raise DecodeError("body is not JSON (nested too deep)") from None
         if not isinstance(data, dict):
             raise DecodeError("body is not a JSON object")
-        for key, kind in (("url", str), ("run_id", str), ("queue", str)):
-            if not isinstance(data.get(key), kind) or not data[key]:
-                raise DecodeError(f"field {key!r} missing or not a non-empty string")
-        if data["queue"] not in QUEUE_KINDS:
-            raise DecodeError(f"unknown queue {data['queue']!r}")
-        known = cls.__dataclass_fields__.keys()
-        try:
-            return cls(**{k: v for k, v in data.items() if k in known})
-        except TypeError as exc:
-            raise DecodeError(str(exc)) from None
+        return cls._checked(data)
+
+    @classmethod
+    def _checked(cls, data: dict[str, Any]) -> CrawlTask:
+        return cls(*task_fields(data))
 
 
 class TaskBodies:
@@ -146,13 +160,17 @@ class Progress:
     first_failure_at: float | None = None
 
     @classmethod
-    def from_headers(cls, headers: Mapping[str, Any] | None) -> Progress:
-        headers = headers or {}
-        first = headers.get(FIRST_FAILURE_HEADER)
+    def from_headers(cls, headers: Mapping[str, Any] | None, *, strict: bool = False) -> Progress:
+        """Our headers, bounded. A count that is not an int in 0..MAX_COUNT, or a time that is
+        not epoch seconds, raises InvalidMessage when `strict` (the worker, which then
+        dead-letters the message), and reads as absent otherwise (the dead-letter consumer,
+        which must record whatever arrives)."""
+        if not headers:
+            return _FRESH
         return cls(
-            attempt=_as_int(headers.get(ATTEMPT_HEADER)),
-            replays=_as_int(headers.get(REPLAY_HEADER)),
-            first_failure_at=float(first) if isinstance(first, int | float) else None,
+            attempt=header_count(headers, ATTEMPT_HEADER, strict),
+            replays=header_count(headers, REPLAY_HEADER, strict),
+            first_failure_at=header_epoch_s(headers, FIRST_FAILURE_HEADER, strict),
         )
 
     def to_headers(self) -> dict[str, Any]:
@@ -164,6 +182,9 @@ class Progress:
 
     def failed_once_more(self, now: float) -> Progress:
         return Progress(self.attempt + 1, self.replays, self.first_failure_at or now)
+
+
+_FRESH = Progress()
 
 
 @dataclass(frozen=True)
@@ -189,17 +210,19 @@ class Failure:
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, Any] | None) -> Failure | None:
+        """Read by the dead-letter consumer, which records what it gets: every field is cut
+        to its bound rather than refused."""
         headers = headers or {}
-        reason = _as_str(headers.get(REASON_HEADER))
+        reason = cut_text(headers.get(REASON_HEADER), MAX_REASON_CHARS)
         if not reason:
             return None
         status = headers.get(STATUS_HEADER)
         return cls(
             reason=reason,
-            error=_as_str(headers.get(ERROR_HEADER)),
-            http_status=status if isinstance(status, int) else None,
-            origin_queue=_as_str(headers.get(ORIGIN_HEADER)),
-            worker_id=_as_str(headers.get(WORKER_HEADER)),
+            error=cut_text(headers.get(ERROR_HEADER), MAX_ERROR_CHARS),
+            http_status=status if type(status) is int and 100 <= status <= 999 else None,
+            origin_queue=cut_text(headers.get(ORIGIN_HEADER), MAX_NAME_CHARS),
+            worker_id=cut_text(headers.get(WORKER_HEADER), MAX_NAME_CHARS),
         )
 
 
@@ -215,13 +238,3 @@ def _plain(number: float | None) -> bool:
     """JSON spells it as Python's repr() does (not a bool, NaN or infinity)."""
     kind = type(number)
     return kind is int or number is None or (kind is float and math.isfinite(number))
-
-
-def _as_int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _as_str(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value if isinstance(value, str) else ""

@@ -84,3 +84,8 @@ EXCEPTION WHEN feature_not_supported OR invalid_parameter_value THEN
     NULL;
 END
 $$;
+
+-- A dead letter's body is kept whole only up to the size a task can have; of a longer one (a
+-- hostile or broken message) an excerpt is kept, with the size and sha256 of the whole.
+ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS body_bytes bigint;
+ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS body_sha256 text;

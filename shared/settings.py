@@ -8,14 +8,39 @@ in step. Units are in the names.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import os
+import re
 import socket
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 from shared.errors import ConfigError
+
+# The schemes each service URL may have; anything else is a mistake to report before connecting.
+URL_SCHEMES = {
+    "amqp_url": ("amqp", "amqps"),
+    "redis_url": ("redis", "rediss", "unix"),
+    "database_url": ("postgresql", "postgres"),
+    "rabbitmq_management_url": ("http", "https"),
+}
+FILE_SETTINGS = ("politeness_file", "extraction_profiles_file", "routing_file")
+# Durations that must be positive, and amounts that must not be negative.
+POSITIVE_SECONDS = (
+    "ttl_queue_expiry_s",
+    "fetch_connect_timeout_s",
+    "fetch_read_timeout_s",
+    "fetch_deadline_s",
+    "cache_ttl_s",
+)
+MAX_RULES_FILE_BYTES = 10 * 1024 * 1024
+NOT_NEGATIVE = ("heartbeat_s", "max_inline_wait_s", "max_sitemap_depth", "cache_max_body_bytes")
+# A password in a URL's user info (up to its last '@'), or given as a libpq parameter.
+_PASSWORDS = (re.compile(r"(://[^/@:]*:)[^/]*@"), re.compile(r"(password=)[^&\s]*", re.IGNORECASE))
 
 
 def default_worker_id() -> str:
@@ -164,6 +189,20 @@ class Settings:
             value = getattr(self, name)
             if not value.replace("_", "").replace("-", "").isalnum():
                 raise ConfigError(f"{name.upper()}: use letters, digits, '-' or '_', got {value!r}")
+        for name in POSITIVE_SECONDS:
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name.upper()}: must be positive, got {getattr(self, name)}")
+        for name in NOT_NEGATIVE:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name.upper()}: must be 0 or more, got {getattr(self, name)}")
+        if self.log_level.upper() not in logging.getLevelNamesMapping():
+            raise ConfigError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
+        for name, schemes in URL_SCHEMES.items():
+            _check_url(name.upper(), getattr(self, name), schemes)
+        _check_with_client_libraries(self)
+        for name in FILE_SETTINGS:
+            if getattr(self, name):
+                _check_toml_file(name.upper(), getattr(self, name))
 
     def retry_delay_s(self, attempt: int) -> float:
         """Delay before the attempt after `attempt` failed ones (1-based); the last delay repeats."""
@@ -178,7 +217,11 @@ def _parse(name: str, raw: str, hint: Any) -> Any:
     try:
         if origin is tuple:
             (item_type, _) = get_args(hint)
-            return tuple(item_type(part.strip()) for part in raw.split(",") if part.strip())
+            hint = f"comma-separated {item_type.__name__}s"
+            items = tuple(item_type(part.strip()) for part in raw.split(",") if part.strip())
+            if any(isinstance(item, float) and not math.isfinite(item) for item in items):
+                raise ValueError(raw)
+            return items
         if hint is bool:
             lowered = raw.strip().lower()
             if lowered in ("1", "true", "yes", "on"):
@@ -186,18 +229,73 @@ def _parse(name: str, raw: str, hint: Any) -> Any:
             if lowered in ("0", "false", "no", "off"):
                 return False
             raise ValueError(raw)
+        if hint is float and not math.isfinite(float(raw.strip())):
+            raise ValueError(raw)
         return hint(raw.strip()) if hint in (int, float) else raw
     except ValueError:
         kind = getattr(hint, "__name__", str(hint))
-        raise ConfigError(f"{name}: expected {kind}, got {raw!r}") from None
+        raise ConfigError(f"{name}: expected {kind}, got {raw[:80]!r}") from None
+
+
+def _check_url(name: str, url: str, schemes: tuple[str, ...]) -> None:
+    """A service URL that cannot work, refused with its password masked."""
+    expected = " or ".join(f"{scheme}://" for scheme in schemes)
+    if name == "DATABASE_URL" and "://" not in url and "=" in url:
+        return  # a libpq key=value string (host=... dbname=...): libpq itself reads it
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is not a number in range
+    except ValueError:
+        raise ConfigError(f"{name}: cannot parse {redact(url)!r}; expected {expected}...") from None
+    if parts.scheme not in schemes:
+        raise ConfigError(f"{name}: expected a URL starting {expected}, got {redact(url)!r}")
+    if parts.scheme != "unix" and not parts.hostname and name != "DATABASE_URL":
+        raise ConfigError(f"{name}: no host in {redact(url)!r}")
+
+
+def _check_toml_file(name: str, path: str) -> None:
+    """A rules file that cannot be read as TOML, refused before any service is contacted; what
+    its tables mean is checked by the module that reads it."""
+    import tomllib
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"{name}: {path!r} is not a file")
+    if os.path.getsize(path) > MAX_RULES_FILE_BYTES:
+        raise ConfigError(f"{name}: {path!r} is over {MAX_RULES_FILE_BYTES} bytes; not a rules file")
+    try:
+        with open(path, encoding="utf-8") as file:
+            tomllib.loads(file.read())
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read {path!r} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name}: {path!r} is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{name}: {path!r} is not valid TOML ({exc})") from None
+
+
+def _check_with_client_libraries(settings: Settings) -> None:
+    """What the client libraries would refuse when connecting (a bad query option, a database
+    number that is not a number), refused now, in one line. Imported here: settings alone do
+    not need them."""
+    import pika
+    import psycopg
+    import redis
+
+    checks: tuple[tuple[str, str, Any], ...] = (
+        ("AMQP_URL", settings.amqp_url, pika.URLParameters),
+        ("REDIS_URL", settings.redis_url, redis.connection.parse_url),
+        ("DATABASE_URL", settings.database_url, psycopg.conninfo.conninfo_to_dict),
+    )
+    for name, url, parse in checks:
+        try:
+            parse(url)
+        except Exception as exc:  # each library has its own errors; none may reach the user raw
+            detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            raise ConfigError(f"{name}: {redact(url)!r} is not usable: {detail[:200]}") from None
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced, for log lines and error messages."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL with any password replaced, for log lines and error messages. Works on text that
+    does not parse as a URL too: a mistake in a URL must not print its password."""
+    url = _PASSWORDS[0].sub(r"\1***@", url)
+    return _PASSWORDS[1].sub(r"\1***", url)

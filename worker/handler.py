@@ -32,7 +32,9 @@ from shared.errors import (
     ServiceUnavailable,
     TaskError,
     TransientError,
+    UnstorableRow,
 )
+from shared.message_bounds import bounded_body
 from shared.messages import CrawlTask, Failure, Progress
 from shared.runstate import CANCELLED, PAUSED, held_exchange
 from shared.settings import Settings
@@ -155,12 +157,15 @@ class CrawlHandler:
                     self.delivery_limit.unmark_handling(delivery)
 
     def _handle(self, delivery: Delivery) -> Outcome:
-        progress = Progress.from_headers(delivery.headers)
         try:
+            progress = Progress.from_headers(delivery.headers, strict=True)
             task = CrawlTask.decode(delivery.body)
         except DecodeError as exc:
-            log.warning("undecodable message on %s: %s", delivery.queue, exc.detail)
-            return self._dead_letter(delivery.body, delivery.queue, progress, exc)
+            log.warning("%s message on %s: %s", exc.reason, delivery.queue, exc.detail)
+            # Counts that were in range are kept; a bad one reads as absent.
+            return self._dead_letter(
+                delivery.body, delivery.queue, Progress.from_headers(delivery.headers), exc
+            )
         if self.run_states is not None:
             state = self.run_states.state(task.run_id)
             if state == PAUSED:
@@ -210,7 +215,12 @@ class CrawlHandler:
         again; past that the message goes back to its queue."""
         settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
 
+        body = self._local.delivery.body
+
         def committed(error: BaseException | None) -> None:  # on the store's writer thread
+            if isinstance(error, UnstorableRow):  # dead-lettered; acked once that is confirmed
+                settled.set_result(self._dead_letter(body, task.queue, progress, error, task.url))
+                return
             if error is not None:
                 settled.set_exception(error)
                 return
@@ -233,7 +243,10 @@ class CrawlHandler:
         return Outcome.after(settled)
 
     def _skip(self, task: CrawlTask, reason: str, detail: str) -> Outcome:
-        self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
+        try:
+            self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
+        except UnstorableRow as exc:
+            return self._dead_letter(self._local.delivery.body, task.queue, Progress(), exc, task.url)
         if self.handled is not None:
             self.handled.mark_later(task)
         metrics.SKIPS.labels(reason).inc()
@@ -360,12 +373,13 @@ class CrawlHandler:
     ) -> Outcome:
         log.warning("dead-lettering %s after %d attempts: %s", url or "<undecodable>", progress.attempt, exc)
         failure = Failure(exc.reason, exc.detail, exc.http_status, origin, self.settings.worker_id)
+        body, about_body = bounded_body(body)
         return Outcome.forward(
             Publication(
                 dead_letter_exchange(self.topology.namespace),
                 origin,
                 body,
-                {**progress.to_headers(), **failure.to_headers()},
+                {**progress.to_headers(), **failure.to_headers(), **about_body},
             )
         )
 

@@ -36,6 +36,7 @@ from shared.broker import Publication
 from shared.consumer import Delivery, Outcome
 from shared.errors import DecodeError
 from shared.keys import Keys
+from shared.message_bounds import bounded_body
 from shared.messages import REPLAY_HEADER, CrawlTask, Failure, Progress
 from shared.redis_errors import translate_redis_errors
 from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
@@ -123,12 +124,14 @@ class DeliveryLimit:
             delivery.queue,
             self._worker_id,
         )
+        body, about_body = bounded_body(delivery.body)
+        progress = Progress.from_headers(delivery.headers)
         return Outcome.forward(
             Publication(
                 dead_letter_exchange(self._namespace),
                 delivery.queue,
-                delivery.body,
-                {**Progress.from_headers(delivery.headers).to_headers(), **failure.to_headers()},
+                body,
+                {**progress.to_headers(), **failure.to_headers(), **about_body},
             )
         )
 

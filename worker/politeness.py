@@ -120,6 +120,8 @@ class PolitenessConfig:
             raise ConfigError(f"POLITENESS_FILE {path}: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"POLITENESS_FILE {path}: {exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"POLITENESS_FILE {path}: not UTF-8 text") from None
         return cls(default, _overrides(document, default, str(path)))
 
     def policy_for(self, domain: str) -> DomainPolicy:

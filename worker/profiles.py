@@ -85,9 +85,11 @@ def load_profiles(path: str) -> Profiles:
     if not path:
         return Profiles()
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read extraction profiles ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: extraction profiles are not UTF-8 text") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -11,6 +11,12 @@ often) instead of adding one.
 While PostgreSQL is unreachable the writer keeps its batch and tries again, with a growing
 pause, for up to `patience_s`; rows handed in meanwhile wait behind it. Past that, the batch's
 rows fail with ServiceUnavailable, and their messages go back to their queue.
+
+A batch that PostgreSQL refuses for its data (`db.is_data_error`: a value out of range, an
+index row too large) is no outage: the writer splits it in halves until the refused rows stand
+alone, commits the others at once, and fails each refused row with UnstorableRow, carrying the
+database's message, so that its message is dead-lettered. k bad rows in a batch of n cost about
+2k·log2(n) more transactions; a batch without one costs nothing more.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from shared import db
-from shared.errors import ServiceUnavailable
+from shared.errors import ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -146,8 +152,10 @@ class ResultStore:
         batch_wait_s: float = BATCH_WAIT_S,
         patience_s: float = PATIENCE_S,
         sleep: Callable[[float], None] = time.sleep,
+        connect: Callable[[Settings], psycopg.Connection[tuple[object, ...]]] | None = None,
     ) -> None:
         self.settings = settings
+        self._connect = connect or _connect_autocommit
         self.batch_rows = batch_rows
         self.batch_wait_s = batch_wait_s
         self.patience_s = patience_s
@@ -234,8 +242,8 @@ class ResultStore:
                 batch.append(item)
             if self._pending:  # more than a batch was waiting
                 self._arrived.set()
-                if len(self._pending) >= self.batch_rows:
-                    self._batch_full.set()
+                if len(self._pending) >= self.batch_rows or self._pending[-1] is None:
+                    self._batch_full.set()  # a whole batch, or the stop mark: no need to wait
             if batch:
                 self._write(batch)
             if stopping:
@@ -243,32 +251,45 @@ class ResultStore:
 
     def _write(self, batch: list[_Pending]) -> None:
         waited_s, pause_s = 0.0, 1.0
-        while True:
+        while batch:
             try:
-                self._commit(batch)
-            except ServiceUnavailable as exc:
+                self._commit_isolating(batch)
+                return
+            except _Interrupted as outage:
+                batch = outage.unfinished
                 if waited_s >= self.patience_s:
-                    self._finish(batch, exc)
+                    self._finish(batch, outage.error)
                     return
-                log.warning("cannot store %d rows yet (%s); trying again in %.0fs", len(batch), exc, pause_s)
+                log.warning(
+                    "cannot store %d rows yet (%s); trying again in %.0fs", len(batch), outage.error, pause_s
+                )
                 self._sleep(pause_s)
                 waited_s += pause_s
                 pause_s = min(pause_s * 2, MAX_RETRY_PAUSE_S)
-                continue
-            except psycopg.Error:
-                self._write_one_by_one(batch)
-            else:
-                self._finish(batch, None)
-            return
 
-    def _write_one_by_one(self, batch: list[_Pending]) -> None:
-        """One bad row must not fail its neighbours."""
-        for pending in batch:
+    def _commit_isolating(self, batch: list[_Pending]) -> None:
+        """Commit `batch`; a part refused for its data is split in halves until each refused row
+        stands alone, and every other row is committed. Each row is finished (its callback
+        called) once settled; an outage raises _Interrupted with the rows not yet finished."""
+        parts = [batch]
+        while parts:
+            part = parts.pop()
             try:
-                self._commit([pending])
-                self._finish([pending], None)
-            except (ServiceUnavailable, psycopg.Error) as exc:
-                self._finish([pending], exc)
+                self._commit(part)
+            except ServiceUnavailable as exc:
+                raise _Interrupted(exc, [p for rest in parts for p in rest] + part) from None
+            except (psycopg.Error, UnicodeEncodeError) as exc:
+                if len(part) > 1:
+                    half = len(part) // 2
+                    parts += [part[half:], part[:half]]  # the first half is tried first
+                    continue
+                if db.is_data_error(exc):
+                    log.warning("PostgreSQL refused a row for its data: %s", db.error_line(exc))
+                    self._finish(part, UnstorableRow(db.error_line(exc)))
+                else:  # not the data's fault, nor an outage: our bug; the consumer dead-letters it
+                    self._finish(part, exc)
+                continue
+            self._finish(part, None)
 
     def _commit(self, batch: list[_Pending]) -> None:
         with db.translate(self.settings):
@@ -284,8 +305,9 @@ class ResultStore:
                 with conn.transaction(), conn.cursor() as cur:
                     for query, rows in groups.items():
                         cur.executemany(query, rows)
-            except (psycopg.OperationalError, psycopg.InterfaceError):
-                self._conn = None  # reconnect for the next batch
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not db.is_data_error(exc):
+                    self._conn = None  # reconnect for the next batch
                 raise
 
     @staticmethod
@@ -298,8 +320,21 @@ class ResultStore:
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed:
-            self._conn = db.connect(self.settings, autocommit=True)
+            self._conn = self._connect(self.settings)
         return self._conn
+
+
+def _connect_autocommit(settings: Settings) -> psycopg.Connection[tuple[object, ...]]:
+    return db.connect(settings, autocommit=True)
+
+
+class _Interrupted(Exception):
+    """PostgreSQL became unreachable part-way through a batch: these rows are not settled."""
+
+    def __init__(self, error: ServiceUnavailable, unfinished: list[_Pending]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.unfinished = unfinished
 
 
 def _clean(value: Any) -> Any:

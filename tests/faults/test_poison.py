@@ -60,7 +60,8 @@ def test_poison_inputs_end_dead_with_a_reason_and_a_replay_cannot_loop(
     assert {u: d.reason for u, d in ledger.dead.items()} == {
         **dict.fromkeys(web.urls("always500"), "http_500"),
         **dict.fromkeys(web.urls("charset-trap"), "parse_error"),
-        **dict.fromkeys(undecodable, "undecodable"),
+        **dict.fromkeys(undecodable[:2], "undecodable"),  # not a JSON object
+        undecodable[2]: "invalid_message",  # an object, but its URL is empty
     }
     hits = web.page_hits()
     # Three real failures, then dead: each always-500 URL was fetched exactly three times.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from dlq_consumer.replay import replay
 from dlq_consumer.service import DeadLetterRecorder
 from shared import broker, db
 from shared.consumer import Delivery, Subscription, run_consumers
+from shared.message_bounds import bounded_body
 from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
 from shared.topology import (
@@ -273,3 +275,67 @@ def test_an_unreachable_database_is_one_line_and_exit_2(settings: Settings) -> N
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "PostgreSQL" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_50_mb_dead_letter_is_stored_as_an_excerpt_with_its_size_and_hash(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    body = b"\xff" * 50_000_000  # arrived without the worker cutting it (straight into the DLX)
+    record(conn, settings, failed(body, {}))
+    (row,) = rows(conn)
+    stored = conn.execute("SELECT length(body), body_bytes, body_sha256 FROM dead_letters").fetchone()
+    assert stored == (4096, 50_000_000, hashlib.sha256(body).hexdigest())
+    assert row.url == f"undecodable:{hashlib.sha256(body).hexdigest()}"
+
+
+def test_the_size_and_hash_of_a_body_the_worker_cut_are_kept(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    whole = b"{" + b" " * 100_000
+    excerpt, about = bounded_body(whole)
+    failure = Failure("invalid_message", "body of 100001 bytes", None, "bulk", "w1")
+    record(conn, settings, failed(excerpt, {**failure.to_headers(), **about}))
+    (row,) = rows(conn)
+    stored = conn.execute("SELECT body_bytes, body_sha256 FROM dead_letters").fetchone()
+    assert (row.reason, row.body, stored) == (
+        "invalid_message",
+        excerpt,
+        (100_001, hashlib.sha256(whole).hexdigest()),
+    )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"crawl-attempt": 10**18, "crawl-replays": -1000, "crawl-first-failure-at": 10**18},
+        {"crawl-reason": "x" * 1_000_000, "crawl-error": "e" * 1_000_000, "crawl-http-status": 10**18},
+        {"x-death": [{"reason": "expired", "queue": "q" * 1_000_000, "count": 10**30}] * 1000},
+    ],
+)
+def test_headers_out_of_bounds_still_give_a_dead_letter_row(
+    settings: Settings, conn: psycopg.Connection[Any], headers: dict[str, Any]
+) -> None:
+    """The issue's attempt 10**18 was 'integer out of range' here, and the message was parked."""
+    recorder = DeadLetterRecorder(settings)
+    assert recorder(failed(task().encode(), headers)).ack
+    recorder.close()
+    (row,) = rows(conn)
+    assert row.url == "https://example.com/a" and row.attempts in (0,) and len(row.reason) <= 64
+
+
+def test_a_dead_letter_postgresql_refuses_is_stored_in_bounded_form(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    """A lone surrogate cannot be sent to PostgreSQL: the row is stored with the outside fields
+    dropped, keyed on the body's hash, instead of being retried for ever."""
+    body = task().encode()
+    failure = Failure("http_500", "bad \ud800 text", 500, "bulk", "w\ud800")
+    recorder = DeadLetterRecorder(settings)
+    assert recorder(failed(body, failure.to_headers())).ack
+    recorder(failed(task(url="https://example.com/b").encode(), Failure("http_404").to_headers()))
+    recorder.close()
+    by_url = {row.url: row for row in rows(conn)}
+    bounded = by_url.pop(f"unstorable:{hashlib.sha256(body).hexdigest()}")
+    assert (bounded.reason, bounded.run_id, bounded.body, bounded.http_status) == ("http_500", "", body, 500)
+    assert "PostgreSQL refused the row" in bounded.last_error
+    assert list(by_url) == ["https://example.com/b"]  # the next dead letter stores as usual

@@ -10,7 +10,7 @@ import pytest
 
 from shared import db
 from shared.accounting import Tally, account
-from shared.errors import ServiceUnavailable
+from shared.errors import ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
 from worker.store import PageRow, ResultStore, SkipRow
 
@@ -212,3 +212,43 @@ def test_the_writer_waits_out_a_short_outage_and_gives_up_after_its_patience(set
         store.save_page(page("http://a.test/3", "t"))
     assert pauses == [1.0, 2.0, 4.0, 8.0]
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"run_id": "r" * 1_000_000}, "index row"),  # ProgramLimitExceeded, SQLSTATE 54000
+        ({"failed_attempts": 10**18}, "out of range"),  # NumericValueOutOfRange, 22003
+        ({"title": "lone \ud800 surrogate"}, "surrogate"),  # cannot be encoded to send
+        ({"extracted": {"price": float("nan")}}, "json"),  # NaN is not JSON: 22P02
+    ],
+)
+def test_rows_refused_for_their_data_are_unstorable_and_their_batch_is_stored(
+    settings: Settings, change: dict[str, object], message: str
+) -> None:
+    """The issue's 1 MB run id stalled every write of its worker: now the bad row alone fails,
+    as `unstorable` with the database's message, and the rows batched with it are committed."""
+    db.ensure_schema(settings)
+    store = ResultStore(settings, batch_rows=8, batch_wait_s=3600)  # the 8 rows share one batch
+    outcomes: dict[str, BaseException | None] = {}
+    rows = [page(f"http://a.test/{i}", f"t{i}") for i in range(7)]
+    rows.insert(3, dataclasses.replace(page("http://a.test/bad", "bad"), **change))  # type: ignore[arg-type]
+    for row in rows:
+        store.save_page_later(row, lambda error, url=row.url: outcomes.__setitem__(url, error))
+    store.close()
+    refusal = outcomes.pop("http://a.test/bad")
+    assert isinstance(refusal, UnstorableRow) and message in refusal.detail.lower()
+    assert outcomes == {f"http://a.test/{i}": None for i in range(7)}
+    assert count(settings, "SELECT count(*) FROM pages") == 7
+    # The connection is still good: the next batch stores.
+    after = ResultStore(settings)
+    after.save_page(page("http://a.test/after", "t"))
+    after.close()
+    assert count(settings, "SELECT count(*) FROM pages") == 8
+
+
+def test_a_skip_refused_for_its_data_raises_unstorable(settings: Settings, store: ResultStore) -> None:
+    with pytest.raises(UnstorableRow):
+        store.save_skip(SkipRow("r" * 1_000_000, "http://a.test/x", "robots", "", "w1"))
+    store.save_skip(SkipRow("r1", "http://a.test/x", "robots", "", "w1"))
+    assert count(settings, "SELECT count(*) FROM skips") == 1

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from dlq_consumer.record import json_safe, record_from_delivery
+from dlq_consumer.record import bounded_record, json_safe, record_from_delivery
 from dlq_consumer.replay import replay_publication
 from dlq_consumer.service import DeadLetterRecorder
 from dlq_consumer.store import DeadLetterRow
@@ -226,3 +226,37 @@ def test_recorder_reports_a_lost_database_and_reconnects_next_time() -> None:
 
     assert recorder(delivery) == Outcome.done()
     assert healthy.commits == 1
+
+
+def test_a_bad_field_in_the_body_is_recorded_as_an_invalid_message() -> None:
+    body = json.dumps({"url": "https://example.com/a", "run_id": "r" * 500, "queue": "bulk"}).encode()
+    record = record_from_delivery(Message(body), NS)
+    assert (record.reason, record.run_id, record.body) == ("invalid_message", "", body)
+    assert record.url == f"undecodable:{hashlib.sha256(body).hexdigest()}"
+    assert "'run_id'" in record.last_error
+
+
+def test_a_long_body_is_kept_as_an_excerpt_whatever_its_headers_claim() -> None:
+    body = b"x" * 100_000
+    claims = {"crawl-body-bytes": 10**9, "crawl-body-sha256": "0" * 64}
+    record = record_from_delivery(Message(body, claims), NS)
+    assert (len(record.body), record.body_bytes, record.body_sha256) == (
+        4096,
+        100_000,
+        hashlib.sha256(body).hexdigest(),
+    )
+
+
+def test_a_bounded_record_keeps_only_what_cannot_be_refused() -> None:
+    record = record_from_delivery(
+        Message(TASK.encode(), Failure("http_500", "é\ud800", 500).to_headers()), NS
+    )
+    bounded = bounded_record(record, "character with byte sequence \ud800 is not valid")
+    assert (bounded.run_id, bounded.url) == ("", f"unstorable:{hashlib.sha256(TASK.encode()).hexdigest()}")
+    assert (bounded.reason, bounded.http_status, bounded.body, bounded.x_death) == (
+        "http_500",
+        500,
+        TASK.encode(),
+        None,
+    )
+    assert bounded.last_error.isascii() and "PostgreSQL refused the row" in bounded.last_error

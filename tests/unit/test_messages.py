@@ -91,26 +91,32 @@ def test_one_encoder_for_a_batch_gives_each_task_its_own_bytes(
 
 
 @pytest.mark.parametrize(
-    ("body", "fragment"),
+    ("body", "reason", "fragment"),
     [
-        (b"\xff\xfe", "not JSON"),
-        (b"[1, 2]", "not a JSON object"),
-        (b'{"run_id": "r", "queue": "bulk"}', "'url'"),
-        (b'{"url": "http://a.test/", "run_id": "r", "queue": "elsewhere"}', "unknown queue"),
+        (b"\xff\xfe", "undecodable", "not JSON"),
+        (b"[1, 2]", "undecodable", "not a JSON object"),
+        (b"[" * 30_000, "undecodable", "not JSON"),
+        (b'{"run_id": "r", "queue": "bulk"}', "invalid_message", "'url'"),
         (
-            b'{"url": "http://a.test/", "run_id": "r", "queue": "bulk", "priority": 1, "lastmod": 2, "x": 1, '
-            b'"enqueued_at": "soon", "sitemap_priority": null, "changefreq": null, "source": ""}',
+            b'{"url": "http://a.test/", "run_id": "r", "queue": "elsewhere"}',
+            "invalid_message",
+            "unknown queue",
+        ),
+        (
+            b'{"url": "http://a.test/", "run_id": "r", "queue": "bulk", "priority": 1, "lastmod": null, '
+            b'"x": 1, "enqueued_at": 1700000000, "sitemap_priority": null, "changefreq": null, "source": ""}',
+            "",
             None,
         ),
     ],
 )
-def test_bad_bodies_raise_decode_error_with_a_reason(body: bytes, fragment: str | None) -> None:
+def test_bad_bodies_raise_decode_error_with_a_reason(body: bytes, reason: str, fragment: str | None) -> None:
     if fragment is None:  # unknown fields are ignored: newer producers may add some
         assert CrawlTask.decode(body).url == "http://a.test/"
         return
     with pytest.raises(DecodeError) as caught:
         CrawlTask.decode(body)
-    assert caught.value.reason == "undecodable"
+    assert caught.value.reason == reason
     assert fragment in caught.value.detail
 
 

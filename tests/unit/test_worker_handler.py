@@ -11,8 +11,16 @@ import pytest
 from prometheus_client import REGISTRY
 
 from shared.consumer import Delivery, Outcome
-from shared.errors import BlockedAddress, PermanentError, ServiceUnavailable, TransientError
-from shared.messages import ATTEMPT_HEADER, REASON_HEADER, CrawlTask, Failure, Progress
+from shared.errors import BlockedAddress, PermanentError, ServiceUnavailable, TransientError, UnstorableRow
+from shared.message_bounds import BODY_BYTES_HEADER, BODY_SHA256_HEADER
+from shared.messages import (
+    ATTEMPT_HEADER,
+    ERROR_HEADER,
+    REASON_HEADER,
+    CrawlTask,
+    Failure,
+    Progress,
+)
 from shared.settings import Settings
 from shared.topology import build_topology
 from worker.handler import CacheEntry, CrawlHandler, Response
@@ -146,15 +154,18 @@ class FakeStore:
         self.skips: list[SkipRow] = []
         self.hold = False  # keep commits pending until commit_held()
         self.held: list[Callable[[BaseException | None], None]] = []
+        self.refusal: BaseException | None = None  # what every commit fails with, if anything
 
     def save_page_later(self, row: PageRow, committed: Callable[[BaseException | None], None]) -> None:
         self.rows.append(row)
         if self.hold:
             self.held.append(committed)
         else:
-            committed(None)
+            committed(self.refusal)
 
     def save_skip(self, row: SkipRow) -> None:
+        if self.refusal is not None:
+            raise self.refusal
         self.skips.append(row)
 
 
@@ -259,6 +270,43 @@ def test_permanent_failure_is_dead_lettered_at_once() -> None:
     assert exchange == "ns.dlx"
     assert headers[REASON_HEADER] == "http_404"
     assert headers[ATTEMPT_HEADER] == 1
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{ATTEMPT_HEADER: 10**18}, {ATTEMPT_HEADER: -1000}, {ATTEMPT_HEADER: "1"}, {"crawl-replays": True}],
+)
+def test_a_header_out_of_bounds_is_an_invalid_message(headers: dict[str, object]) -> None:
+    rig = make(FakeFetch([ok_response()]))
+    message = dataclasses.replace(delivery(), headers=headers)
+    exchange, _, published = only_publication(rig.handler(message))
+    assert (exchange, published[REASON_HEADER], published[ATTEMPT_HEADER]) == ("ns.dlx", "invalid_message", 0)
+    assert rig.fetch.urls == [] and rig.store.rows == []
+
+
+def test_a_huge_body_is_dead_lettered_as_an_excerpt_with_its_size_and_hash() -> None:
+    rig = make(FakeFetch([]))
+    body = b'{"url": "' + b"x" * 50_000_000 + b'"}'
+    outcome = rig.handler(delivery(body=body))
+    exchange, _, headers = only_publication(outcome)
+    assert (exchange, headers[REASON_HEADER]) == ("ns.dlx", "invalid_message")
+    assert len(outcome.publications[0].body) == 4096
+    assert headers[BODY_BYTES_HEADER] == len(body) and len(str(headers[BODY_SHA256_HEADER])) == 64
+
+
+def test_a_row_the_database_refuses_is_dead_lettered_as_unstorable() -> None:
+    rig = make(FakeFetch([ok_response()]))
+    rig.store.refusal = UnstorableRow("index row size 1000080 exceeds btree version 4 maximum 2704")
+    exchange, _, headers = only_publication(settled(rig.handler(delivery())))
+    assert (exchange, headers[REASON_HEADER], headers[ATTEMPT_HEADER]) == ("ns.dlx", "unstorable", 0)
+    assert "index row size" in str(headers[ERROR_HEADER])
+
+
+def test_a_skip_the_database_refuses_is_dead_lettered_as_unstorable() -> None:
+    rig = make(FakeFetch([], robots=RobotsAnswer(200, b"User-agent: *\nDisallow: /")))
+    rig.store.refusal = UnstorableRow("value too long")
+    exchange, _, headers = only_publication(rig.handler(delivery()))
+    assert (exchange, headers[REASON_HEADER]) == ("ns.dlx", "unstorable")
 
 
 def test_undecodable_body_is_dead_lettered_not_retried() -> None:
