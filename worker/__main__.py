@@ -103,6 +103,8 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     finally:
         if isinstance(handler.store, ResultStore):
             handler.store.close()
+        if handler.handled is not None:
+            handler.handled.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     log.info(
         "worker %s stopped: peak_rss_mb=%.1f cpu_s=%.2f",

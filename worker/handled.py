@@ -36,6 +36,8 @@ HANDLED = b"h"
 BUCKET_BYTES = 2  # as producer/dedup.py splits a fingerprint into its hash and field
 MARKS_PER_ROUND_TRIP = 500
 DUPLICATES_COUNTER = "duplicate_deliveries"
+CLOSE_WAIT_S = 5.0
+_STOP = ("", b"")  # put by close(): the writer sends what it holds and ends
 
 
 def seen_field(keys: Keys, run_id: str, url: str) -> tuple[str, bytes]:
@@ -72,11 +74,26 @@ class HandledMarks:
                     )
                     self._thread.start()
 
+    def close(self) -> None:
+        """Send the marks still waiting and stop the writer, before the Redis client closes:
+        a writer left running would use the client's pool after its sockets are gone."""
+        with self._start_lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._pending.put(_STOP)
+            thread.join(CLOSE_WAIT_S)
+
     def _write_marks(self) -> None:
-        while True:
+        stopping = False
+        while not stopping:
             marks = [self._pending.get()]
             while len(marks) < MARKS_PER_ROUND_TRIP and not self._pending.empty():
                 marks.append(self._pending.get())
+            if _STOP in marks:
+                stopping = True
+                marks = [mark for mark in marks if mark != _STOP]
+                if not marks:
+                    return
             try:
                 with self._client.pipeline(transaction=False) as pipe:
                     for key, field in marks:

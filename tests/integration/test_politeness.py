@@ -87,6 +87,8 @@ def crawl_in_threads(
         thread.join()
     assert isinstance(handler.store, ResultStore)
     handler.store.close()
+    if handler.handled is not None:
+        handler.handled.close()
     client.close()
     return report
 
