@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import secrets
+import shlex
 import socket
 import subprocess
 import sys
@@ -62,13 +64,30 @@ class Stack:
     """docker-compose on this checkout, with an env file of the test's own and a fixed project."""
 
     def __init__(self, project: str, env_file: Path) -> None:
-        self.base = ["docker-compose", "--project-name", project, "--env-file", str(env_file)]
-        self.base += ["--file", str(REPO / "docker-compose.yml"), "--project-directory", str(REPO)]
+        # COMPOSE names another Compose, e.g. a v2 binary: the file is meant for both. v2
+        # without buildx falls back to a builder that asks the daemon for its `bridge` network,
+        # which a daemon started with --bridge=none lacks: COMPOSE_BUILD then names the one
+        # that builds (v1, which leaves the network to the daemon).
+        command = shlex.split(os.environ.get("COMPOSE", "docker-compose"))
+        builder = shlex.split(os.environ.get("COMPOSE_BUILD", " ".join(command)))
+        self.base, self.build_base = (
+            [
+                *c,
+                "--project-name",
+                project,
+                "--env-file",
+                str(env_file),
+                "--file",
+                str(REPO / "docker-compose.yml"),
+                "--project-directory",
+                str(REPO),
+            ]
+            for c in (command, builder)
+        )
 
     def run(self, *args: str, check_: bool = True, timeout: float = 600) -> str:
-        done = subprocess.run(
-            [*self.base, *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
+        base = self.build_base if args[:1] == ("build",) else self.base
+        done = subprocess.run([*base, *args], capture_output=True, text=True, timeout=timeout, check=False)
         if check_ and done.returncode != 0:
             raise CheckFailed(f"docker-compose {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
         return done.stdout
