@@ -3,6 +3,7 @@ resume and cancel do to the state, the hold queue and the accounting."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from shared import broker, db
 from shared.accounting import account
 from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
-from shared.runs import cancel, pause, resume
+from shared.runs import cancel, held_count, pause, resume
 from shared.runstate import held_exchange, held_queue, read_state
 from shared.settings import Settings
 from shared.topology import build_topology, work_queue
@@ -157,3 +158,51 @@ def test_list_and_show_name_the_run_and_its_state(settings: Settings, client: re
     shown = cli(settings, "show", RUN)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(f"run {RUN}: paused")
+
+
+@pytest.fixture
+def quorum(settings: Settings) -> Settings:
+    """The same names, with quorum queues (they work on a single node)."""
+    return dataclasses.replace(settings, queue_type="quorum")
+
+
+def test_resume_and_cancel_work_on_quorum_queues(quorum: Settings, client: redis.Redis) -> None:
+    keys = Keys(quorum.redis_prefix)
+    ns = quorum.crawl_namespace
+    pause(quorum, client, keys, RUN)
+    hold(quorum, *tasks())
+    assert resume(quorum, client, keys, RUN) == 3
+    assert sorted(
+        t.url for q in ("bulk", "ttl", "priority") for t, _, _ in take_all(quorum, work_queue(ns, q))
+    ) == [
+        "https://a.test/1",
+        "https://a.test/2",
+        "https://a.test/3",
+    ]
+    assert held_count(quorum, RUN) == 0  # the hold queue is gone
+
+    pause(quorum, client, keys, RUN)
+    hold(quorum, *tasks())
+    assert cancel(quorum, client, keys, RUN) == 3
+    a = account(quorum, RUN)
+    assert (a.stored, a.dead, a.skips_by_reason) == (0, 0, {"cancelled": 3})
+    assert held_count(quorum, RUN) == 0
+
+
+def test_cancel_does_not_count_a_stored_url_again_as_a_skip(settings: Settings, client: redis.Redis) -> None:
+    keys = Keys(settings.redis_prefix)
+    db.ensure_schema(settings)
+    with db.connect(settings) as conn:
+        conn.execute(
+            "INSERT INTO pages (run_id, url, final_url, http_status, content_type, body_text, links, queue,"
+            " failed_attempts, from_cache, worker_id) VALUES (%s, %s, %s, 200, 'text/html', '', '[]',"
+            " 'bulk', 0, false, 'w')",
+            (RUN, "https://a.test/1", "https://a.test/1"),
+        )
+        conn.commit()
+    pause(settings, client, keys, RUN)
+    hold(settings, *tasks())  # a duplicate copy of the stored URL among them
+    assert cancel(settings, client, keys, RUN) == 2
+    a = account(settings, RUN)
+    assert (a.stored, a.dead, a.skips_by_reason) == (1, 0, {"cancelled": 2})
+    assert a.accounted == 3
