@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.messages import QUEUE_KINDS
+from shared.runstate import held_exchange
 from shared.settings import Settings
 
 MAX_MESSAGE_PRIORITY = 5
@@ -235,6 +236,10 @@ def build_topology(settings: Settings) -> Topology:
             Exchange(defer_exchange(ns), "topic"),
             Exchange(dlx, "fanout"),
             Exchange(parked_exchange(ns), "fanout"),
+            # Where workers move a paused run's messages (shared/runstate.py). Declared by every
+            # service, so a publish to it never finds it missing (a 404 would close the channel);
+            # the run's queue is bound to it only while the run is paused.
+            Exchange(held_exchange(ns), "direct"),
         ),
         queues=tuple(queues),
         delays_ms=delays_ms,

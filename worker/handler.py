@@ -57,6 +57,7 @@ from worker.store import PageRow, SkipRow
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+HOLD_UNROUTABLE_WAIT_S = 5.0  # how long a paused run's message with no hold queue waits to come back
 
 
 @dataclass(frozen=True)
@@ -379,6 +380,10 @@ class CrawlHandler:
         """A paused run's URL goes, once, to the run's hold queue, where nothing consumes it
         until `resume` moves it back; acked once its copy there is confirmed."""
         log.debug("holding %s: run %s is paused", task.url, task.run_id)
+        # No hold queue bound (`resume` or `cancel` took it away while this worker still saw
+        # `paused`, or it was deleted): through a defer queue instead, so the message comes
+        # back once the new state is seen, rather than bouncing on its work queue.
+        delay_ms = self.topology.defer_delay_ms_for(HOLD_UNROUTABLE_WAIT_S)
         return Outcome.forward(
             Publication(
                 held_exchange(self.topology.namespace),
@@ -386,6 +391,13 @@ class CrawlHandler:
                 body,
                 progress.to_headers(),
                 task.priority or None,
+                if_unroutable=Publication(
+                    defer_exchange(self.topology.namespace),
+                    delay_routing_key(delay_ms, task.queue),
+                    body,
+                    progress.to_headers(),
+                    task.priority or None,
+                ),
             )
         )
 

@@ -13,13 +13,15 @@ import redis
 
 from shared import broker, db
 from shared.accounting import account
+from shared.consumer import Delivery
 from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
 from shared.runs import cancel, held_count, pause, resume
 from shared.runstate import held_exchange, held_queue, read_state
 from shared.settings import Settings
-from shared.topology import build_topology, work_queue
+from shared.topology import build_topology, defer_queue, work_queue
 from tests.e2e.conftest import service_env
+from worker.handler import HOLD_UNROUTABLE_WAIT_S, CrawlHandler
 
 pytestmark = pytest.mark.integration
 
@@ -206,3 +208,42 @@ def test_cancel_does_not_count_a_stored_url_again_as_a_skip(settings: Settings, 
     a = account(settings, RUN)
     assert (a.stored, a.dead, a.skips_by_reason) == (1, 0, {"cancelled": 2})
     assert a.accounted == 3
+
+
+def test_a_hold_with_no_queue_bound_goes_to_a_defer_queue_and_the_channel_stays_open(
+    settings: Settings, client: redis.Redis
+) -> None:
+    """A worker still seeing `paused` after `resume` removed the hold queue: its message comes
+    back through a defer queue instead of being refused, or closing the channel."""
+    ns = settings.crawl_namespace
+    topology = build_topology(settings)
+    handler = CrawlHandler(
+        settings=settings,
+        topology=topology,
+        fetch_for_thread=lambda: None,  # type: ignore[arg-type,return-value]
+        cache=None,  # type: ignore[arg-type]
+        gate=None,  # type: ignore[arg-type]
+        robots=None,  # type: ignore[arg-type]
+        store=None,  # type: ignore[arg-type]
+        run_states=FakeRunStates(),
+    )
+    task = CrawlTask(url="https://a.test/late", run_id=RUN, queue="bulk")
+    held = Delivery(work_queue(ns, "bulk"), task.encode(), Progress(attempt=1).to_headers(), False)
+    outcome = handler(held)
+    connection = broker.connect(settings, "test worker")
+    broker.declare_topology(connection, topology)  # the held exchange is in every service's topology
+    channel = broker.confirm_channel(connection)
+    for publication in outcome.publications:
+        broker.publish(channel, publication)
+    with pytest.raises(broker.PublishFailed):  # without a way out, unroutable is still refused
+        broker.publish(channel, broker.Publication(held_exchange(ns), RUN, task.encode()))
+    assert channel.is_open
+    connection.close()
+    delay = topology.defer_delay_ms_for(HOLD_UNROUTABLE_WAIT_S)
+    deferred = take_all(settings, defer_queue(ns, delay))
+    assert [(t.url, attempt) for t, attempt, _ in deferred] == [("https://a.test/late", 1)]
+
+
+class FakeRunStates:
+    def state(self, run_id: str) -> str:
+        return "paused"

@@ -637,3 +637,13 @@ def test_an_unstorable_skip_is_dead_lettered_with_the_message_s_real_progress() 
     rig.store.refusal = UnstorableRow("value too long")
     exchange, _, headers = only_publication(rig.handler(delivery(attempt=2)))
     assert (exchange, headers[REASON_HEADER], headers[ATTEMPT_HEADER]) == ("ns.dlx", "unstorable", 2)
+
+
+def test_a_held_message_with_no_hold_queue_bound_would_go_to_a_defer_queue() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="paused")
+    outcome = rig.handler(delivery(attempt=1))
+    fallback = outcome.publications[0].if_unroutable
+    assert fallback is not None
+    assert (fallback.exchange, fallback.routing_key) == ("ns.defer", "d5000.bulk")
+    assert Progress.from_headers(dict(fallback.headers)).attempt == 1
