@@ -91,13 +91,14 @@ def defer_queue(ns: str, delay_ms: int) -> str:
 
 
 # The role of each queue name (queue_role), as status shows it.
-WORK, RETRY, DEFER, DEAD, PARKED = "work", "retry", "defer", "dead", "parked"
+WORK, RETRY, DEFER, DEAD, PARKED, HELD = "work", "retry", "defer", "dead", "parked", "held"
 _DELAY_NAME = re.compile(r"(retry|defer)\.([0-9]+)ms")
 
 
 def queue_role(ns: str, name: str) -> str | None:
-    """work | retry | defer | dead | parked for a queue of namespace `ns`; None for any other
-    name, a queue of a longer namespace (`<ns>.x.bulk`) included."""
+    """work | retry | defer | dead | parked | held for a queue of namespace `ns`; None for any
+    other name, a queue of a longer namespace (`<ns>.x.bulk`) included. `held`: a paused run's
+    hold queue, `<ns>.held.<run>` (shared/runstate.py)."""
     if not name.startswith(f"{ns}."):
         return None
     rest = name[len(ns) + 1 :]
@@ -105,6 +106,8 @@ def queue_role(ns: str, name: str) -> str | None:
         return WORK
     if rest in (DEAD, PARKED):
         return rest
+    if rest.startswith(f"{HELD}.") and len(rest) > len(HELD) + 1:
+        return HELD
     delay = _DELAY_NAME.fullmatch(rest)
     return delay.group(1) if delay else None
 
