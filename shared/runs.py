@@ -264,6 +264,8 @@ def _drain_held(settings: Settings, run_id: str, settle: _Settle) -> None:
         # Unbound first, so that nothing can arrive between the last look and the delete: a
         # worker still holding after the wait gets its message back (unroutable) and sends it
         # to a defer queue; it comes back and, seeing the new state, is dealt with.
+        # Declared again first: unbinding from an exchange someone deleted would close the channel.
+        channel.exchange_declare(held_exchange(settings.crawl_namespace), "direct", durable=True)
         channel.queue_unbind(queue, held_exchange(settings.crawl_namespace), run_id)
         for _ in range(DELETE_TRIES):
             _settle_all(channel, confirmed, queue, settle)

@@ -247,3 +247,22 @@ def test_a_hold_with_no_queue_bound_goes_to_a_defer_queue_and_the_channel_stays_
 class FakeRunStates:
     def state(self, run_id: str) -> str:
         return "paused"
+
+
+def test_a_broker_refusal_while_resuming_is_one_line_and_exit_2(
+    settings: Settings, client: redis.Redis
+) -> None:
+    keys = Keys(settings.redis_prefix)
+    pause(settings, client, keys, RUN)
+    connection = broker.connect(settings, "test")
+    channel = connection.channel()
+    channel.exchange_delete(held_exchange(settings.crawl_namespace))
+    channel.exchange_declare(held_exchange(settings.crawl_namespace), "fanout", durable=True)  # not direct
+    connection.close()
+    refused = cli(settings, "resume", RUN)
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1
+    hold_queue = held_queue(settings.crawl_namespace, RUN)
+    assert refused.stderr.startswith(
+        f"runs: error: RabbitMQ refused to empty {hold_queue}: PRECONDITION_FAILED"
+    )
