@@ -56,6 +56,7 @@ Held = tuple[int, pika.BasicProperties, bytes]  # delivery tag, properties, body
 _Settle = Callable[[BlockingChannel, BlockingChannel, list[Held]], None]
 SKIP_BATCH = 500  # held messages recorded as skips per commit (and acked together after it)
 CANCEL_DETAIL = "the run was cancelled by an operator"
+RETURNING_NEW = " RETURNING (xmax = 0)"  # true for a row inserted, false for one rewritten
 DELETE_TRIES = 5  # rounds of emptying the hold queue before giving up on deleting it
 
 
@@ -234,9 +235,14 @@ def cancel(settings: Settings, client: redis.Redis, keys: Keys, run_id: str) -> 
         ]
         with db.translate(settings), db.connect(settings) as conn:
             with conn.cursor() as cursor:
-                cursor.executemany(UPSERT_SKIP, rows)
-                # Rows written: a held copy of a URL already stored or dead-lettered adds none.
-                written = max(cursor.rowcount, 0)
+                cursor.executemany(UPSERT_SKIP + RETURNING_NEW, rows, returning=True)
+                # Skips new here: a held copy of a URL already stored, dead-lettered or skipped
+                # (a second copy held, or one a worker skipped) adds none.
+                written = 0
+                while True:
+                    written += sum(1 for (new,) in cursor.fetchall() if new)
+                    if not cursor.nextset():
+                        break
             conn.commit()
         channel.basic_ack(batch[-1][0], multiple=True)
         recorded += written

@@ -203,7 +203,7 @@ def test_cancel_does_not_count_a_stored_url_again_as_a_skip(settings: Settings, 
         )
         conn.commit()
     pause(settings, client, keys, RUN)
-    hold(settings, *tasks())  # a duplicate copy of the stored URL among them
+    hold(settings, *tasks(), tasks()[1])  # a copy of the stored URL among them, and one held twice
     assert cancel(settings, client, keys, RUN) == 2
     a = account(settings, RUN)
     assert (a.stored, a.dead, a.skips_by_reason) == (1, 0, {"cancelled": 2})
