@@ -33,6 +33,8 @@ SELECT %(run_id)s, %(url)s, %(reason)s, %(last_error)s, %(http_status)s, %(attem
 -- A stored page wins: a stale copy of a URL the run already stored (a redelivery, a copy that
 -- crossed a crash) is not recorded as dead, so every URL keeps exactly one outcome.
 WHERE NOT EXISTS (SELECT 1 FROM pages WHERE pages.run_id = %(run_id)s AND pages.url = %(url)s)
+  -- likewise a URL already skipped (a copy taken after its run was cancelled)
+  AND NOT EXISTS (SELECT 1 FROM skips WHERE skips.run_id = %(run_id)s AND skips.url = %(url)s)
 ON CONFLICT (run_id, url) DO UPDATE SET
     reason = EXCLUDED.reason, last_error = EXCLUDED.last_error,
     http_status = EXCLUDED.http_status, attempts = EXCLUDED.attempts,

@@ -45,6 +45,8 @@ class Publication:
     body: bytes
     headers: Mapping[str, Any] = field(default_factory=dict)
     priority: int | None = None
+    # Published instead when the broker cannot route this one (no queue bound), if set.
+    if_unroutable: Publication | None = None
 
     def properties(self) -> pika.BasicProperties:
         return pika.BasicProperties(
@@ -129,7 +131,18 @@ def publish(channel: BlockingChannel, publication: Publication) -> None:
             publication.properties(),
             mandatory=True,
         )
-    except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
+    except pika.exceptions.UnroutableError as exc:
+        if publication.if_unroutable is None:
+            raise PublishFailed(f"{publication.exchange}/{publication.routing_key}: {exc}") from None
+        log.info(
+            "%s/%s: no queue bound; publishing to %s/%s instead",
+            publication.exchange,
+            publication.routing_key,
+            publication.if_unroutable.exchange,
+            publication.if_unroutable.routing_key,
+        )
+        publish(channel, publication.if_unroutable)
+    except pika.exceptions.NackError as exc:
         raise PublishFailed(f"{publication.exchange}/{publication.routing_key}: {exc}") from None
 
 

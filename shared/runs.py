@@ -18,6 +18,7 @@ still seeing `paused` does not refill it behind them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +56,8 @@ Held = tuple[int, pika.BasicProperties, bytes]  # delivery tag, properties, body
 _Settle = Callable[[BlockingChannel, BlockingChannel, list[Held]], None]
 SKIP_BATCH = 500  # held messages recorded as skips per commit (and acked together after it)
 CANCEL_DETAIL = "the run was cancelled by an operator"
+RETURNING_NEW = " RETURNING (xmax = 0)"  # true for a row inserted, false for one rewritten
+DELETE_TRIES = 5  # rounds of emptying the hold queue before giving up on deleting it
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
@@ -232,10 +235,17 @@ def cancel(settings: Settings, client: redis.Redis, keys: Keys, run_id: str) -> 
         ]
         with db.translate(settings), db.connect(settings) as conn:
             with conn.cursor() as cursor:
-                cursor.executemany(UPSERT_SKIP, rows)
+                cursor.executemany(UPSERT_SKIP + RETURNING_NEW, rows, returning=True)
+                # Skips new here: a held copy of a URL already stored, dead-lettered or skipped
+                # (a second copy held, or one a worker skipped) adds none.
+                written = 0
+                while True:
+                    written += sum(1 for (new,) in cursor.fetchall() if new)
+                    if not cursor.nextset():
+                        break
             conn.commit()
         channel.basic_ack(batch[-1][0], multiple=True)
-        recorded += len(batch)
+        recorded += written
 
     db.ensure_schema(settings)
     _drain_held(settings, run_id, record)
@@ -244,7 +254,9 @@ def cancel(settings: Settings, client: redis.Redis, keys: Keys, run_id: str) -> 
 
 def _drain_held(settings: Settings, run_id: str, settle: _Settle) -> None:
     """Take the run's hold queue apart in batches, handing each to `settle`, which must ack
-    what it has dealt with; then delete the queue if it is empty. No hold queue: nothing to do."""
+    what it has dealt with; then delete the queue once it is empty. No hold queue: nothing to do.
+    A broker error ends it with one line (ConfigError): what was settled stays settled, and what
+    was not stays held for the next `resume` or `cancel`."""
     queue = held_queue(settings.crawl_namespace, run_id)
     connection = broker.connect(settings, "runs")
     try:
@@ -254,22 +266,45 @@ def _drain_held(settings: Settings, run_id: str, settle: _Settle) -> None:
         except pika.exceptions.ChannelClosedByBroker:  # never paused: no hold queue
             return
         confirmed = broker.confirm_channel(connection)
-        while True:
-            batch: list[Held] = []
-            while len(batch) < SKIP_BATCH:
-                method, properties, body = channel.basic_get(queue, auto_ack=False)
-                if method is None:
-                    break
-                batch.append((method.delivery_tag, properties, body))
-            if not batch:
-                break
-            settle(channel, confirmed, batch)
-        # A worker that published after the wait finds no queue, gets its message back
-        # (unroutable) and, seeing the new state, deals with it.
-        channel.queue_delete(queue, if_empty=True)
+        _settle_all(channel, confirmed, queue, settle)
+        # Unbound first, so that nothing can arrive between the last look and the delete: a
+        # worker still holding after the wait gets its message back (unroutable) and sends it
+        # to a defer queue; it comes back and, seeing the new state, is dealt with.
+        # Declared again first: unbinding from an exchange someone deleted would close the channel.
+        channel.exchange_declare(held_exchange(settings.crawl_namespace), "direct", durable=True)
+        channel.queue_unbind(queue, held_exchange(settings.crawl_namespace), run_id)
+        for _ in range(DELETE_TRIES):
+            _settle_all(channel, confirmed, queue, settle)
+            # Not queue_delete(if_empty=True): quorum queues refuse it. Emptiness is looked up
+            # instead, and a copy that landed meanwhile is settled in another round.
+            if channel.queue_declare(queue, passive=True).method.message_count == 0:
+                channel.queue_delete(queue)
+                return
+        raise ConfigError(f"{queue}: messages kept arriving while it was emptied; run the command again")
+    except pika.exceptions.AMQPError as exc:
+        raise ConfigError(f"RabbitMQ refused to empty {queue}: {_describe(exc)}") from None
     finally:
         if connection.is_open:
-            connection.close()
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                connection.close()
+
+
+def _settle_all(channel: BlockingChannel, confirmed: BlockingChannel, queue: str, settle: _Settle) -> None:
+    while True:
+        batch: list[Held] = []
+        while len(batch) < SKIP_BATCH:
+            method, properties, body = channel.basic_get(queue, auto_ack=False)
+            if method is None:
+                break
+            batch.append((method.delivery_tag, properties, body))
+        if not batch:
+            return
+        settle(channel, confirmed, batch)
+
+
+def _describe(exc: BaseException) -> str:
+    reply = getattr(exc, "reply_text", None)
+    return str(reply) if reply else (str(exc) or type(exc).__name__)
 
 
 def _task(body: bytes) -> CrawlTask:

@@ -7,9 +7,11 @@ waits without being delivered again; a cancelled run's message is recorded as a 
 `cancelled`. The answer is kept for `MAX_AGE_S` per run, so a worker asks Redis at most once a
 second per run, whatever its rate, and sees a change within that second.
 
-The hold queues: one durable direct exchange `<ns>.held`, and a queue `<ns>.held.<run>` bound to
-it with the run id as its key, both declared by `pause` before it sets the state, so a worker
-that sees the state always finds where to publish.
+The hold queues: one durable direct exchange `<ns>.held`, in the topology every service
+declares, and a queue `<ns>.held.<run>` bound to it with the run id as its key, declared by
+`pause` before it sets the state, so a worker that sees the state always finds where to publish.
+`resume` and `cancel` unbind the queue before they empty and delete it; a worker's hold that
+finds no queue bound goes to a defer queue instead (worker/handler.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 right now, and what it has been doing in the last minute.
 
 Queues are the ones that exist: the management API lists the vhost's queues, and those named
-as this namespace's (work, retry, defer, dead, parked: shared.topology.queue_role) are shown,
+as this namespace's (work, retry, defer, dead, parked, held: shared.topology.queue_role) are shown,
 with ready and unacked counts the broker refreshes every few seconds. The work, dead and parked
 queues are always shown, as missing when absent. Without the management plugin, passive
 declares of the names the settings imply give live ready and consumer counts, no unacked count,
@@ -40,6 +40,7 @@ from shared.keys import Keys
 from shared.management import HttpGet
 from shared.messages import QUEUE_KINDS
 from shared.presence import live_workers
+from shared.runstate import held_queue
 from shared.settings import Settings, redact
 from shared.status_view import CLEAR_SCREEN, clip, frame, render
 from shared.topology import (
@@ -65,7 +66,7 @@ KNOWN_PREFIXES = ("crawl", "demo")
 # Without the management API, retry queues are found by name: those of the settings, of the
 # default RETRY_DELAYS_S and of `make demo` (shared/crawl.py), whichever exist.
 KNOWN_RETRY_DELAYS_S = (0.5, 1.0, 5.0, 30.0)
-ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer")
+ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer", "held")
 _DELAY_MS = re.compile(r"\.([0-9]+)ms$")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
@@ -123,14 +124,17 @@ def management_queues(settings: Settings, get: HttpGet) -> list[QueueStatus] | N
     return sorted(result, key=_order)
 
 
-def amqp_queues(settings: Settings) -> list[QueueStatus]:
+def amqp_queues(settings: Settings, run_id: str | None = None) -> list[QueueStatus]:
     """Queue figures from passive declares of the names the settings imply (and of the usual
-    retry queues): live, but without unacked counts, and blind to other delay queues."""
+    retry queues, and the hold queue of the run asked about): live, but without unacked
+    counts, and blind to other delay and hold queues."""
     shown = set(always_shown(settings))
     ns = settings.crawl_namespace
     names = [q.name for q in build_topology(settings).queues]
     usual = [delay_queue(ns, int(seconds * 1000)) for seconds in KNOWN_RETRY_DELAYS_S]
     names += [name for name in usual if name not in names]
+    if run_id is not None:
+        names.append(held_queue(ns, run_id))
     connection = broker.connect(settings, "status")
     try:
         channel = connection.channel()
@@ -159,7 +163,8 @@ def _missing(settings: Settings, name: str) -> QueueStatus:
 
 
 def _order(queue: QueueStatus) -> tuple[int, int, str]:
-    """Work queues as the topology lists them, then dead, parked, retry and defer by delay."""
+    """Work queues as the topology lists them, then dead, parked, retry and defer by delay,
+    then the hold queues by name."""
     delay = _DELAY_MS.search(queue.name)
     kind = queue.name.rsplit(".", 1)[-1]
     within = int(delay.group(1)) if delay else QUEUE_KINDS.index(kind) if kind in QUEUE_KINDS else 0
@@ -245,7 +250,7 @@ def gather(settings: Settings, run_id: str | None, get: HttpGet | None = None) -
     queues = management_queues(settings, get or management.getter(settings))
     source = "management"
     if queues is None:
-        queues, source = amqp_queues(settings), "amqp"
+        queues, source = amqp_queues(settings, run_id), "amqp"
     report: dict[str, Any] = {
         "namespace": settings.crawl_namespace,
         "queue_source": source,

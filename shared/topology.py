@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.messages import QUEUE_KINDS
+from shared.runstate import held_exchange
 from shared.settings import Settings
 
 MAX_MESSAGE_PRIORITY = 5
@@ -90,13 +91,14 @@ def defer_queue(ns: str, delay_ms: int) -> str:
 
 
 # The role of each queue name (queue_role), as status shows it.
-WORK, RETRY, DEFER, DEAD, PARKED = "work", "retry", "defer", "dead", "parked"
+WORK, RETRY, DEFER, DEAD, PARKED, HELD = "work", "retry", "defer", "dead", "parked", "held"
 _DELAY_NAME = re.compile(r"(retry|defer)\.([0-9]+)ms")
 
 
 def queue_role(ns: str, name: str) -> str | None:
-    """work | retry | defer | dead | parked for a queue of namespace `ns`; None for any other
-    name, a queue of a longer namespace (`<ns>.x.bulk`) included."""
+    """work | retry | defer | dead | parked | held for a queue of namespace `ns`; None for any
+    other name, a queue of a longer namespace (`<ns>.x.bulk`) included. `held`: a paused run's
+    hold queue, `<ns>.held.<run>` (shared/runstate.py)."""
     if not name.startswith(f"{ns}."):
         return None
     rest = name[len(ns) + 1 :]
@@ -104,6 +106,8 @@ def queue_role(ns: str, name: str) -> str | None:
         return WORK
     if rest in (DEAD, PARKED):
         return rest
+    if rest.startswith(f"{HELD}.") and len(rest) > len(HELD) + 1:
+        return HELD
     delay = _DELAY_NAME.fullmatch(rest)
     return delay.group(1) if delay else None
 
@@ -235,6 +239,10 @@ def build_topology(settings: Settings) -> Topology:
             Exchange(defer_exchange(ns), "topic"),
             Exchange(dlx, "fanout"),
             Exchange(parked_exchange(ns), "fanout"),
+            # Where workers move a paused run's messages (shared/runstate.py). Declared by every
+            # service, so a publish to it never finds it missing (a 404 would close the channel);
+            # the run's queue is bound to it only while the run is paused.
+            Exchange(held_exchange(ns), "direct"),
         ),
         queues=tuple(queues),
         delays_ms=delays_ms,

@@ -53,6 +53,7 @@ class HandledMarks:
         self._pending: queue.SimpleQueue[tuple[str, bytes]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._closed = False  # close() is final: no writer starts after it
 
     def already_handled(self, task: CrawlTask) -> bool:
         """True, and counted, when another copy of this task's URL was settled before."""
@@ -64,11 +65,16 @@ class HandledMarks:
         return True
 
     def mark_later(self, task: CrawlTask) -> None:
-        """Mark the task's URL handled, soon, from a thread of its own (callable from any)."""
+        """Mark the task's URL handled, soon, from a thread of its own (callable from any).
+        After close() the mark is dropped: the Redis client may be gone, and a lost mark costs
+        at most one fetch."""
+        if self._closed:
+            log.debug("handled marks closed: %s not marked", task.url)
+            return
         self._pending.put(seen_field(self._keys, task.run_id, task.url))
         if self._thread is None:
             with self._start_lock:
-                if self._thread is None:
+                if self._thread is None and not self._closed:
                     self._thread = threading.Thread(
                         target=self._write_marks, name="handled-marks", daemon=True
                     )
@@ -78,6 +84,7 @@ class HandledMarks:
         """Send the marks still waiting and stop the writer, before the Redis client closes:
         a writer left running would use the client's pool after its sockets are gone."""
         with self._start_lock:
+            self._closed = True
             thread, self._thread = self._thread, None
         if thread is not None:
             self._pending.put(_STOP)

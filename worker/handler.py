@@ -46,7 +46,6 @@ from shared.topology import (
     retry_exchange,
 )
 from shared.urls import domain_of
-from worker.handled import HandledMarks
 from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
 from worker.poison import DeliveryLimit
@@ -58,6 +57,7 @@ from worker.store import PageRow, SkipRow
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+HOLD_UNROUTABLE_WAIT_S = 5.0  # how long a paused run's message with no hold queue waits to come back
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,16 @@ class RunStates(Protocol):
     def state(self, run_id: str) -> str: ...
 
 
+class Handled(Protocol):
+    """worker.handled.HandledMarks: URLs of a run already stored or skipped."""
+
+    def already_handled(self, task: CrawlTask) -> bool: ...
+
+    def mark_later(self, task: CrawlTask) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Store(Protocol):
     def save_page_later(self, row: PageRow, committed: Callable[[BaseException | None], None]) -> None: ...
 
@@ -130,7 +140,7 @@ class CrawlHandler:
     clock: Callable[[], float] = time.time
     delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
-    handled: HandledMarks | None = None  # skips a second copy of a URL already settled
+    handled: Handled | None = None  # skips a second copy of a URL already settled
     run_states: RunStates | None = None  # paused and cancelled runs (shared/runstate.py)
 
     def __post_init__(self) -> None:
@@ -171,13 +181,17 @@ class CrawlHandler:
             if state == PAUSED:
                 return self._hold(delivery.body, task, progress)
             if state == CANCELLED:
-                return self._skip(task, "cancelled", "the run was cancelled by an operator")
+                # A second copy of a URL already stored or skipped keeps that one outcome:
+                # a `cancelled` skip on top would count the URL twice.
+                if self._already_handled(task, progress):
+                    return Outcome.done()
+                return self._skip(task, "cancelled", "the run was cancelled by an operator", progress)
         try:
             with metrics.FETCHES_IN_FLIGHT.track_inprogress():
                 return self._crawl(task, progress)
         except BlockedAddress as exc:
             # Not the URL's failure and nothing to retry: the address is not ours to fetch.
-            return self._skip(task, "blocked_address", exc.detail)
+            return self._skip(task, "blocked_address", exc.detail, progress)
         except TryLater as later:
             return self._defer(delivery.body, task, progress, later)
         except TransientError as exc:
@@ -189,18 +203,21 @@ class CrawlHandler:
             failed = progress.failed_once_more(self.clock())
             return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
 
+    def _already_handled(self, task: CrawlTask, progress: Progress) -> bool:
+        if self.handled is None or progress.replays or not self.handled.already_handled(task):
+            return False
+        log.info("already handled %s run=%s: acked, not fetched", task.url, task.run_id, extra=_context(task))
+        return True
+
     def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
-        if self.handled is not None and not progress.replays and self.handled.already_handled(task):
-            log.info(
-                "already handled %s run=%s: acked, not fetched", task.url, task.run_id, extra=_context(task)
-            )
+        if self._already_handled(task, progress):
             return Outcome.done()
         if self.delivery_limit is not None:
             self.delivery_limit.mark_handling(self._local.delivery)
             self._local.marked = True
         rules = self._robots_rules(task.url)
         if rules is not None and not rules.allows(task.url):
-            return self._skip(task, "robots", "disallowed by robots.txt")
+            return self._skip(task, "robots", "disallowed by robots.txt", progress)
         response = self._response_for(task.url, rules)
         with self._parse_lock:
             html = decode_html(response.body, response.content_type)
@@ -224,29 +241,34 @@ class CrawlHandler:
             if error is not None:
                 settled.set_exception(error)
                 return
-            metrics.PAGES_STORED.labels(task.queue).inc()
-            if self.handled is not None:
-                self.handled.mark_later(task)
-            log.info(
-                "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
-                task.url,
-                task.run_id,
-                response.status,
-                response.from_cache,
-                response.not_modified,
-                progress.attempt + 1,
-                extra=_context(task),
-            )
+            # Settled first: the row is committed, and a mark or a log line that fails must
+            # not leave the message unacked for good.
             settled.set_result(Outcome.done())
+            metrics.PAGES_STORED.labels(task.queue).inc()
+            try:
+                if self.handled is not None:
+                    self.handled.mark_later(task)
+                log.info(
+                    "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
+                    task.url,
+                    task.run_id,
+                    response.status,
+                    response.from_cache,
+                    response.not_modified,
+                    progress.attempt + 1,
+                    extra=_context(task),
+                )
+            except Exception as exc:  # a lost mark costs at most one fetch
+                log.warning("after storing %s: %s", task.url, exc)
 
         self.store.save_page_later(row, committed)
         return Outcome.after(settled)
 
-    def _skip(self, task: CrawlTask, reason: str, detail: str) -> Outcome:
+    def _skip(self, task: CrawlTask, reason: str, detail: str, progress: Progress) -> Outcome:
         try:
             self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
         except UnstorableRow as exc:
-            return self._dead_letter(self._local.delivery.body, task.queue, Progress(), exc, task.url)
+            return self._dead_letter(self._local.delivery.body, task.queue, progress, exc, task.url)
         if self.handled is not None:
             self.handled.mark_later(task)
         metrics.SKIPS.labels(reason).inc()
@@ -358,6 +380,10 @@ class CrawlHandler:
         """A paused run's URL goes, once, to the run's hold queue, where nothing consumes it
         until `resume` moves it back; acked once its copy there is confirmed."""
         log.debug("holding %s: run %s is paused", task.url, task.run_id)
+        # No hold queue bound (`resume` or `cancel` took it away while this worker still saw
+        # `paused`, or it was deleted): through a defer queue instead, so the message comes
+        # back once the new state is seen, rather than bouncing on its work queue.
+        delay_ms = self.topology.defer_delay_ms_for(HOLD_UNROUTABLE_WAIT_S)
         return Outcome.forward(
             Publication(
                 held_exchange(self.topology.namespace),
@@ -365,6 +391,13 @@ class CrawlHandler:
                 body,
                 progress.to_headers(),
                 task.priority or None,
+                if_unroutable=Publication(
+                    defer_exchange(self.topology.namespace),
+                    delay_routing_key(delay_ms, task.queue),
+                    body,
+                    progress.to_headers(),
+                    task.priority or None,
+                ),
             )
         )
 

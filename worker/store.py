@@ -75,9 +75,18 @@ UPDATE dead_letters SET state = 'superseded'
 WHERE run_id = %(run_id)s AND url = %(url)s AND state = 'dead'
 """
 
+# Likewise a URL skipped by one copy (its run cancelled) while another was being fetched: the
+# page wins and the skip goes, so the URL is counted once.
+DROP_SKIP = "DELETE FROM skips WHERE run_id = %(run_id)s AND url = %(url)s"
+
+# Every URL keeps one outcome: a copy skipped after another copy's page was stored or its dead
+# letter recorded (a duplicate taken after `cancel`) adds no skip.
 UPSERT_SKIP = """
 INSERT INTO skips (run_id, url, reason, detail, worker_id)
-VALUES (%(run_id)s, %(url)s, %(reason)s, %(detail)s, %(worker_id)s)
+SELECT %(run_id)s, %(url)s, %(reason)s, %(detail)s, %(worker_id)s
+WHERE NOT EXISTS (SELECT 1 FROM pages WHERE pages.run_id = %(run_id)s AND pages.url = %(url)s)
+  AND NOT EXISTS (SELECT 1 FROM dead_letters AS d
+                  WHERE d.run_id = %(run_id)s AND d.url = %(url)s AND d.state = 'dead')
 ON CONFLICT (run_id, url) DO UPDATE SET
     reason = EXCLUDED.reason, detail = EXCLUDED.detail, worker_id = EXCLUDED.worker_id,
     recorded_at = now()
@@ -175,7 +184,8 @@ class ResultStore:
         params = {k: _clean(v) for k, v in row.__dict__.items()}
         params["links"] = Jsonb(params["links"])
         params["extracted"] = Jsonb(params["extracted"])
-        statements = [(UPSERT_PAGE, params), (SUPERSEDE_DEAD_LETTER, {"run_id": row.run_id, "url": row.url})]
+        key = {"run_id": row.run_id, "url": row.url}
+        statements = [(UPSERT_PAGE, params), (SUPERSEDE_DEAD_LETTER, key), (DROP_SKIP, key)]
         self._submit(_Pending(statements, committed))
 
     def save_page(self, row: PageRow) -> None:

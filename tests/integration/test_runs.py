@@ -3,6 +3,7 @@ resume and cancel do to the state, the hold queue and the accounting."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,13 +13,15 @@ import redis
 
 from shared import broker, db
 from shared.accounting import account
+from shared.consumer import Delivery
 from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
-from shared.runs import cancel, pause, resume
+from shared.runs import cancel, held_count, pause, resume
 from shared.runstate import held_exchange, held_queue, read_state
 from shared.settings import Settings
-from shared.topology import build_topology, work_queue
+from shared.topology import build_topology, defer_queue, work_queue
 from tests.e2e.conftest import service_env
+from worker.handler import HOLD_UNROUTABLE_WAIT_S, CrawlHandler
 
 pytestmark = pytest.mark.integration
 
@@ -157,3 +160,109 @@ def test_list_and_show_name_the_run_and_its_state(settings: Settings, client: re
     shown = cli(settings, "show", RUN)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(f"run {RUN}: paused")
+
+
+@pytest.fixture
+def quorum(settings: Settings) -> Settings:
+    """The same names, with quorum queues (they work on a single node)."""
+    return dataclasses.replace(settings, queue_type="quorum")
+
+
+def test_resume_and_cancel_work_on_quorum_queues(quorum: Settings, client: redis.Redis) -> None:
+    keys = Keys(quorum.redis_prefix)
+    ns = quorum.crawl_namespace
+    pause(quorum, client, keys, RUN)
+    hold(quorum, *tasks())
+    assert resume(quorum, client, keys, RUN) == 3
+    assert sorted(
+        t.url for q in ("bulk", "ttl", "priority") for t, _, _ in take_all(quorum, work_queue(ns, q))
+    ) == [
+        "https://a.test/1",
+        "https://a.test/2",
+        "https://a.test/3",
+    ]
+    assert held_count(quorum, RUN) == 0  # the hold queue is gone
+
+    pause(quorum, client, keys, RUN)
+    hold(quorum, *tasks())
+    assert cancel(quorum, client, keys, RUN) == 3
+    a = account(quorum, RUN)
+    assert (a.stored, a.dead, a.skips_by_reason) == (0, 0, {"cancelled": 3})
+    assert held_count(quorum, RUN) == 0
+
+
+def test_cancel_does_not_count_a_stored_url_again_as_a_skip(settings: Settings, client: redis.Redis) -> None:
+    keys = Keys(settings.redis_prefix)
+    db.ensure_schema(settings)
+    with db.connect(settings) as conn:
+        conn.execute(
+            "INSERT INTO pages (run_id, url, final_url, http_status, content_type, body_text, links, queue,"
+            " failed_attempts, from_cache, worker_id) VALUES (%s, %s, %s, 200, 'text/html', '', '[]',"
+            " 'bulk', 0, false, 'w')",
+            (RUN, "https://a.test/1", "https://a.test/1"),
+        )
+        conn.commit()
+    pause(settings, client, keys, RUN)
+    hold(settings, *tasks(), tasks()[1])  # a copy of the stored URL among them, and one held twice
+    assert cancel(settings, client, keys, RUN) == 2
+    a = account(settings, RUN)
+    assert (a.stored, a.dead, a.skips_by_reason) == (1, 0, {"cancelled": 2})
+    assert a.accounted == 3
+
+
+def test_a_hold_with_no_queue_bound_goes_to_a_defer_queue_and_the_channel_stays_open(
+    settings: Settings, client: redis.Redis
+) -> None:
+    """A worker still seeing `paused` after `resume` removed the hold queue: its message comes
+    back through a defer queue instead of being refused, or closing the channel."""
+    ns = settings.crawl_namespace
+    topology = build_topology(settings)
+    handler = CrawlHandler(
+        settings=settings,
+        topology=topology,
+        fetch_for_thread=lambda: None,  # type: ignore[arg-type,return-value]
+        cache=None,  # type: ignore[arg-type]
+        gate=None,  # type: ignore[arg-type]
+        robots=None,  # type: ignore[arg-type]
+        store=None,  # type: ignore[arg-type]
+        run_states=FakeRunStates(),
+    )
+    task = CrawlTask(url="https://a.test/late", run_id=RUN, queue="bulk")
+    held = Delivery(work_queue(ns, "bulk"), task.encode(), Progress(attempt=1).to_headers(), False)
+    outcome = handler(held)
+    connection = broker.connect(settings, "test worker")
+    broker.declare_topology(connection, topology)  # the held exchange is in every service's topology
+    channel = broker.confirm_channel(connection)
+    for publication in outcome.publications:
+        broker.publish(channel, publication)
+    with pytest.raises(broker.PublishFailed):  # without a way out, unroutable is still refused
+        broker.publish(channel, broker.Publication(held_exchange(ns), RUN, task.encode()))
+    assert channel.is_open
+    connection.close()
+    delay = topology.defer_delay_ms_for(HOLD_UNROUTABLE_WAIT_S)
+    deferred = take_all(settings, defer_queue(ns, delay))
+    assert [(t.url, attempt) for t, attempt, _ in deferred] == [("https://a.test/late", 1)]
+
+
+class FakeRunStates:
+    def state(self, run_id: str) -> str:
+        return "paused"
+
+
+def test_a_broker_refusal_while_resuming_is_one_line_and_exit_2(
+    settings: Settings, client: redis.Redis
+) -> None:
+    keys = Keys(settings.redis_prefix)
+    pause(settings, client, keys, RUN)
+    connection = broker.connect(settings, "test")
+    channel = connection.channel()
+    channel.exchange_delete(held_exchange(settings.crawl_namespace))
+    channel.exchange_declare(held_exchange(settings.crawl_namespace), "fanout", durable=True)  # not direct
+    connection.close()
+    refused = cli(settings, "resume", RUN)
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1
+    hold_queue = held_queue(settings.crawl_namespace, RUN)
+    assert refused.stderr.startswith(
+        f"runs: error: RabbitMQ refused to empty {hold_queue}: PRECONDITION_FAILED"
+    )

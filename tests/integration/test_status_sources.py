@@ -14,6 +14,8 @@ from shared import broker
 from shared.keys import Keys
 from shared.management import HttpGet
 from shared.presence import PRESENCE_TTL_S, announced
+from shared.runs import pause
+from shared.runstate import held_queue
 from shared.settings import Settings
 from shared.status import KNOWN_PREFIXES, gather
 from shared.topology import build_topology
@@ -159,3 +161,25 @@ def test_without_redis_the_overview_still_shows_and_says_workers_are_unknown(set
 
     assert report["workers"] is None
     assert report["queue_source"] == "amqp"
+
+
+def test_a_paused_runs_hold_queue_is_shown_with_role_held(
+    settings: Settings, client: redis.Redis, management_api: HttpGet
+) -> None:
+    declared(settings)
+    run_id = unique_name("run-")
+    pause(settings, client, Keys(settings.redis_prefix), run_id)
+    hold = held_queue(settings.crawl_namespace, run_id)
+    try:
+        listed = gather(settings, None, management_api)
+        asked = gather(dataclasses.replace(settings, rabbitmq_management_url=CLOSED_PORT_HTTP), run_id)
+    finally:
+        connection = broker.connect(settings, "test-status")
+        connection.channel().queue_delete(hold)
+        connection.close()
+
+    assert listed["queue_source"] == "management"
+    assert roles(listed)[hold] == ("held", True)
+    assert list(roles(listed))[-1] == hold  # after the delay queues
+    assert asked["queue_source"] == "amqp"
+    assert roles(asked)[hold] == ("held", True)

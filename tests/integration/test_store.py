@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from dlq_consumer.store import UPSERT_DEAD_LETTER
 from shared import db
 from shared.accounting import Tally, account
 from shared.errors import ServiceUnavailable, UnstorableRow
@@ -252,3 +253,52 @@ def test_a_skip_refused_for_its_data_raises_unstorable(settings: Settings, store
         store.save_skip(SkipRow("r" * 1_000_000, "http://a.test/x", "robots", "", "w1"))
     store.save_skip(SkipRow("r1", "http://a.test/x", "robots", "", "w1"))
     assert count(settings, "SELECT count(*) FROM skips") == 1
+
+
+def test_every_url_keeps_one_outcome_whichever_copy_comes_first(
+    settings: Settings, store: ResultStore
+) -> None:
+    """Copies of a URL taken after its run was cancelled: a page, a skip and a dead letter
+    for the same URL count once."""
+    with db.connect(settings, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO dead_letters (run_id, url, reason, body)"
+            " VALUES ('r1', 'http://a.test/dead', 'x', '')"
+        )
+    store.save_page(page("http://a.test/stored", "t"))
+    for url in ("http://a.test/stored", "http://a.test/dead", "http://a.test/skipped"):
+        store.save_skip(SkipRow("r1", url, "cancelled", "cancelled", "w1"))
+    store.save_page(page("http://a.test/skipped", "a copy fetched before the cancel"))
+    dead_letter = {
+        "run_id": "r1",
+        "url": "http://a.test/stored",
+        "reason": "http_500",
+        "last_error": "e",
+        "http_status": 500,
+        "attempts": 3,
+        "replays": 0,
+        "origin_queue": "bulk",
+        "worker_id": "w1",
+        "body": b"",
+        "x_death": None,
+        "first_failed_at": None,
+        "body_bytes": 0,
+        "body_sha256": None,
+    }
+    store.save_skip(SkipRow("r1", "http://a.test/skip-only", "cancelled", "cancelled", "w1"))
+    with db.connect(settings, autocommit=True) as conn:
+        conn.execute(UPSERT_DEAD_LETTER, dead_letter)  # type: ignore[arg-type]
+        conn.execute(UPSERT_DEAD_LETTER, {**dead_letter, "url": "http://a.test/skip-only"})  # type: ignore[arg-type]
+    a = account(settings, "r1")
+    assert (a.stored, a.dead, a.skipped) == (2, 1, 1)  # stored, skipped / dead, skip-only
+    with db.connect(settings, autocommit=True) as conn:
+        outcomes = conn.execute(
+            "SELECT url, 'page' FROM pages UNION ALL SELECT url, 'skip' FROM skips"
+            " UNION ALL SELECT url, 'dead' FROM dead_letters WHERE state = 'dead' ORDER BY 1"
+        ).fetchall()
+    assert outcomes == [
+        ("http://a.test/dead", "dead"),
+        ("http://a.test/skip-only", "skip"),
+        ("http://a.test/skipped", "page"),
+        ("http://a.test/stored", "page"),
+    ]

@@ -25,6 +25,8 @@ NS = "crawl"
         ("crawl.parked", "parked"),
         ("crawl.retry.500ms", "retry"),
         ("crawl.defer.30000ms", "defer"),
+        ("crawl.held.run-7", "held"),  # a paused run's hold queue
+        ("crawl.held.", None),
         ("crawl.x.bulk", None),  # a longer namespace
         ("crawl.retry.soon", None),
         ("crawler.bulk", None),
@@ -45,7 +47,7 @@ def listed(*names: str) -> list[dict[str, Any]]:
 def test_the_management_listing_keeps_the_namespaces_queues_in_role_order() -> None:
     answer = listed(
         "crawl.defer.5000ms", "crawl.retry.30000ms", "crawl.bulk", "crawl.retry.5000ms",
-        "crawl.x.bulk", "elsewhere.bulk", "crawl.parked",
+        "crawl.x.bulk", "elsewhere.bulk", "crawl.parked", "crawl.held.r2", "crawl.held.r1",
     )  # fmt: skip
 
     queues = management_queues(Settings(crawl_namespace=NS), lambda _url: answer)
@@ -60,6 +62,8 @@ def test_the_management_listing_keeps_the_namespaces_queues_in_role_order() -> N
         ("crawl.retry.5000ms", "retry", True),
         ("crawl.retry.30000ms", "retry", True),
         ("crawl.defer.5000ms", "defer", True),
+        ("crawl.held.r1", "held", True),
+        ("crawl.held.r2", "held", True),
     ]
     assert (queues[2].ready, queues[2].unacked, queues[2].consumers) == (2, 1, 2)
 

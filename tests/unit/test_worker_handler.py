@@ -592,3 +592,58 @@ def test_a_running_run_s_message_is_fetched() -> None:
     rig.handler.run_states = states = FakeRunStates(other="paused")
     assert settled(rig.handler(delivery())) == Outcome.done()
     assert states.asked == ["r1"] and len(rig.store.rows) == 1
+
+
+class FakeHandled:
+    """Marks kept in a set; `broken` makes mark_later raise, as a closed Redis pool would."""
+
+    def __init__(self, *urls: str, broken: bool = False) -> None:
+        self.urls = set(urls)
+        self.broken = broken
+
+    def already_handled(self, task: CrawlTask) -> bool:
+        return task.url in self.urls
+
+    def mark_later(self, task: CrawlTask) -> None:
+        if self.broken:
+            raise RuntimeError("the marks writer is gone")
+        self.urls.add(task.url)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_cancelled_run_s_copy_of_a_url_already_handled_is_not_skipped_again() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="cancelled")
+    rig.handler.handled = FakeHandled("http://a.test/p")
+    assert rig.handler(delivery()) == Outcome.done()
+    assert rig.store.skips == [] and rig.fetch.urls == []  # the URL keeps its one outcome
+
+    assert rig.handler(delivery(url="http://a.test/other")) == Outcome.done()
+    assert [s.url for s in rig.store.skips] == ["http://a.test/other"]
+
+
+def test_a_stored_page_is_acked_even_when_marking_it_handled_fails() -> None:
+    rig = make(FakeFetch([ok_response()]))
+    rig.handler.handled = FakeHandled(broken=True)
+    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert len(rig.store.rows) == 1
+
+
+def test_an_unstorable_skip_is_dead_lettered_with_the_message_s_real_progress() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="cancelled")
+    rig.store.refusal = UnstorableRow("value too long")
+    exchange, _, headers = only_publication(rig.handler(delivery(attempt=2)))
+    assert (exchange, headers[REASON_HEADER], headers[ATTEMPT_HEADER]) == ("ns.dlx", "unstorable", 2)
+
+
+def test_a_held_message_with_no_hold_queue_bound_would_go_to_a_defer_queue() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="paused")
+    outcome = rig.handler(delivery(attempt=1))
+    fallback = outcome.publications[0].if_unroutable
+    assert fallback is not None
+    assert (fallback.exchange, fallback.routing_key) == ("ns.defer", "d5000.bulk")
+    assert Progress.from_headers(dict(fallback.headers)).attempt == 1
