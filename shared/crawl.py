@@ -5,7 +5,8 @@ has enqueued is stored, dead-lettered or skipped, stops everything with SIGTERM 
 accounting. Meanwhile it shows progress: a live line on a terminal, a line every
 --progress-every seconds elsewhere. A worker that dies is started again (shared/crawl_processes.py).
 Ctrl-C stops the processes and prints the accounting so far (exit 130); the same command with
-the same --run-id finishes the run. `--demo` first serves the bundled demo site on loopback
+the same --run-id finishes the run. With METRICS_PORT set, each process serves its metrics on a
+port of its own (shared/crawl_ports.py), named when the crawl starts. `--demo` first serves the bundled demo site on loopback
 addresses and crawls that.
 """
 
@@ -27,6 +28,7 @@ import redis
 from shared import db
 from shared.accounting import Accounting, account
 from shared.cli import configure_logging, run_main
+from shared.crawl_ports import describe, env_for, metrics_ports
 from shared.crawl_processes import STOP_TIMEOUT_S, CrawlFailed, Processes, last_line
 from shared.errors import ConfigError
 from shared.keys import Keys
@@ -74,6 +76,10 @@ def run_crawl(
     db.ensure_schema(settings)  # before the first count, which may come before any worker is up
     display = ProgressDisplay(out, run_id, live=live, every_s=progress_every_s)
     procs = Processes(log_dir, env, say=display.note)
+    child_settings = Settings.from_env(env)
+    ports = metrics_ports(child_settings, workers)
+    if ports:
+        print(describe(ports, child_settings.worker_processes, child_settings.metrics_host), file=out)
     started = time.monotonic()
     with RunWatch(settings, run_id) as watch:
         state = watch.state()
@@ -88,10 +94,12 @@ def run_crawl(
         codes: dict[str, int | None] | None = None
         try:
             with display:
-                procs.start("dlq_consumer", "dlq_consumer", "consume")
+                procs.start(
+                    "dlq_consumer", "dlq_consumer", "consume", env=env_for("dlq_consumer", env, ports)
+                )
                 for i in range(workers):
-                    procs.start(f"worker-{i + 1}", "worker")
-                producer = start_producer(run_id, producer_args, env, log_dir)
+                    procs.start(f"worker-{i + 1}", "worker", env=env_for(f"worker-{i + 1}", env, ports))
+                producer = start_producer(run_id, producer_args, env_for("producer", env, ports), log_dir)
                 procs.adopt("producer", producer)
                 summary = wait_until_accounted(watch, producer, log_dir, procs, display, timeout_s)
                 elapsed = time.monotonic() - started

@@ -47,8 +47,11 @@ class Processes:
     _restart_at: dict[str, float] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
-    def start(self, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
-        self._commands[name] = ([sys.executable, "-m", module, *args], dict(self.env))
+    def start(
+        self, name: str, module: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start `python -m module args` as `name`, in `env` (default: the crawl's)."""
+        self._commands[name] = ([sys.executable, "-m", module, *args], dict(self.env if env is None else env))
         self._policies[name] = self.policy()
         return self._launch(name)
 
