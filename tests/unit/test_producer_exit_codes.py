@@ -77,5 +77,7 @@ def test_strict_is_off_unless_asked() -> None:
         (summary(10, [], stop_signal="SIGTERM"), False),
     ],
 )
-def test_only_a_run_read_and_settled_to_the_end_is_marked_seeded(result: dict[str, Any], seeded: bool) -> None:
+def test_only_a_run_read_and_settled_to_the_end_is_marked_seeded(
+    result: dict[str, Any], seeded: bool
+) -> None:
     assert seeded_to_the_end(result, exit_code(result)) is seeded
