@@ -24,7 +24,11 @@ EXIT_PUBLISH_FAILED = 1
 # A run where only some sitemaps failed exits 0: what could be read is being crawled, and the
 # summary's sitemaps_failed (and a warning) name the others; with --strict it exits 3 too.
 EXIT_NOTHING_READ = 3
-EXIT_INTERRUPTED = 130  # Ctrl-C: the summary of what was done is printed all the same
+# Stopped by a signal before every input was read: the summary of what was done is printed all
+# the same, and the same --run-id resumes the run. 128 + the signal's number, as a shell reports
+# a process the signal killed, so a Job or container stopped mid-run never looks succeeded.
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM: `docker stop`, a k8s eviction or rollout
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
@@ -114,18 +118,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     watch.arm()  # the figures are final: a scrape from now on, even before the summary, counts
     print(json.dumps(result), flush=True)
     code = exit_code(result, options.strict)
-    if options.once and code == 0 and not result["stopped_early"]:
+    if options.once and seeded_to_the_end(result, code):
         mark_seeded(settings, options.run_id, result)
-    if server is not None:  # a short run would otherwise exit before Prometheus ever read it
+    # A short run would otherwise exit before Prometheus ever read it; a stopped one was asked
+    # to go now, and a signal during the wait ends it too.
+    if server is not None and not result["interrupted"]:
         linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)
     return code
 
 
+def seeded_to_the_end(result: dict[str, Any], code: int) -> bool:
+    """Every input read and every URL settled: a failed sitemap leaves the run unseeded, so the
+    next `--once` start reads it again (dedup keeps the URLs already published from going twice)."""
+    return (
+        code == 0
+        and not result["stopped_early"]
+        and not result["left_claimed"]
+        and not result["sitemaps_failed"]
+    )
+
+
 def exit_code(result: dict[str, Any], strict: bool = False) -> int:
+    """1 for a failed publish (it wins over a stop: the run lost URLs, not only time), then 143
+    or 130 for a stop by SIGTERM or Ctrl-C, then 3 for sitemaps that could not be read. A run
+    that left URLs unread or claimed never exits 0, whatever stopped it."""
     failed = result["sitemaps_failed"]
     if result["publish_failed"]:
         return EXIT_PUBLISH_FAILED
-    if result["interrupted"]:
+    if result.get("stop_signal") == "SIGTERM":
+        return EXIT_TERMINATED
+    if result["interrupted"] or result.get("stopped_early") or result.get("left_claimed"):
         return EXIT_INTERRUPTED
     if failed and result["urls_seen"] == 0:
         log.error(

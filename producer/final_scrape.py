@@ -12,7 +12,9 @@ reason).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -34,12 +36,14 @@ class ScrapeWatch(Collector):
         self._registry = registry
         self._armed = False
         self._scraped = threading.Event()
+        self._wake = threading.Event()  # a scrape, or stop_waiting()
 
     def collect(self) -> Iterator[Metric]:
         armed = self._armed  # as the scrape starts, before any figure is read
         yield from self._registry.collect()
         if armed:
             self._scraped.set()
+            self._wake.set()
 
     def restricted_registry(self, names: Iterable[str]) -> Collector:
         """A scrape that asks for some metrics only (`name[]=`) does not count."""
@@ -49,7 +53,12 @@ class ScrapeWatch(Collector):
         """From now on, a scrape that starts reads the figures as they are now, or newer: the
         first whole one of them is what wait_for_scrape() waits for."""
         self._scraped.clear()
+        self._wake.clear()
         self._armed = True
+
+    def stop_waiting(self) -> None:
+        """End a wait_for_scrape() now (from a signal handler: it only sets an event)."""
+        self._wake.set()
 
     def wait_for_scrape(self, timeout_s: float) -> bool:
         """Wait for a whole scrape that started after arm() (called here if it was not);
@@ -57,18 +66,24 @@ class ScrapeWatch(Collector):
         if not self._armed:
             self.arm()
         try:
-            return self._scraped.wait(timeout_s)
+            self._wake.wait(timeout_s)
+            return self._scraped.is_set()
         finally:
             self._armed = False
 
 
 def linger_until_scraped(watch: ScrapeWatch, port: int, linger_s: float) -> bool:
-    """Serve the final figures until one scrape has read them, for up to `linger_s`."""
+    """Serve the final figures until one scrape has read them, for up to `linger_s`, or until
+    SIGTERM or Ctrl-C: the run is over, so nothing is lost by going at once."""
     if linger_s <= 0:
         return False
     log.info("run over: serving the final figures on port %d until scraped (at most %.0f s)", port, linger_s)
-    scraped = watch.wait_for_scrape(linger_s)
-    if scraped:
+    stopped_by: list[int] = []
+    with stop_waiting_on_signals(watch, stopped_by):
+        scraped = watch.wait_for_scrape(linger_s)
+    if stopped_by and not scraped:
+        log.info("got signal %d: not waiting for a scrape of the final figures", stopped_by[0])
+    elif scraped:
         # The scrape's figures are read, but its response may still be on its way out of the
         # server's thread, which dies with the process.
         time.sleep(RESPONSE_GRACE_S)
@@ -76,3 +91,21 @@ def linger_until_scraped(watch: ScrapeWatch, port: int, linger_s: float) -> bool
     else:
         log.warning("no scrape of the final figures within METRICS_LINGER_S (%.0f s)", linger_s)
     return scraped
+
+
+@contextlib.contextmanager
+def stop_waiting_on_signals(watch: ScrapeWatch, stopped_by: list[int]) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        watch.stop_waiting()
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -2,8 +2,8 @@
 
 A thread says "alive" every BEAT_EVERY_S; the key lives HEARTBEAT_TTL_MS (producer/dedup.py),
 so a process killed with SIGKILL is known dead that long after, and a re-run started at once
-waits at most that long for the claims it left. A beat that cannot reach Redis is tried again at
-the next one: while Redis is away no one can claim anything anyway. If Redis stays away past
+waits at most that long for the claims it left. A beat that fails (any Redis error) is tried again
+at the next one: while Redis is away no one can claim anything anyway. If Redis stays away past
 the TTL, another producer may take over claims this one still means to publish; the URL is then
 published twice, which the worker's handled mark absorbs (worker/handled.py).
 """
@@ -48,7 +48,7 @@ class Heartbeat:
         self._thread.join()
         try:
             self._dedup.stop_beating()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except redis.exceptions.RedisError as exc:
             log.warning("could not remove the producer's heartbeat (it expires by itself): %s", exc)
 
     def _run(self) -> None:
@@ -57,3 +57,7 @@ class Heartbeat:
                 self._dedup.beat()
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 log.debug("heartbeat not sent: %s", exc)
+            except redis.exceptions.RedisError as exc:
+                # Say a Redis that is loading, read-only or out of memory: the thread must live
+                # on, or the key expires and another producer takes over claims still ours.
+                log.warning("heartbeat not sent (tried again in %.0f s): %s", self._every_s, exc)

@@ -56,7 +56,7 @@ class Options:
     routing_file: str = ""  # overrides Settings.routing_file
     recrawl_of: str = ""  # an earlier run: publish only what changed since (producer/recrawl.py)
     once: bool = False  # a run seeded to the end before is not read again (producer/seeding.py)
-    strict: bool = False  # any failed sitemap makes the exit code 3 (producer/exit_codes.py)
+    strict: bool = False  # any failed sitemap makes the exit code 3 (exit_code() in producer/__main__.py)
 
 
 def check_options(options: Options) -> None:
@@ -96,7 +96,7 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
     # Sitemaps and robots.txt go out through the same proxies as the workers' requests.
     fetcher = HttpFetcher(settings, proxies=ProxyPool.from_settings(settings, client))
     stop = threading.Event()
-    interrupted = threading.Event()  # by Ctrl-C (SIGINT), as opposed to a SIGTERM
+    stop_signals: list[int] = []  # the signals that asked for the stop (SIGINT, SIGTERM)
     previous_run = PreviousRun(settings, options.recrawl_of) if options.recrawl_of else None
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
     dedup = Dedup(client, Keys(settings.redis_prefix), options.run_id)
@@ -116,7 +116,7 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
                 previous_run=previous_run,
             )
             with (
-                stop_on_sigterm(stop, interrupted),
+                stop_on_sigterm(stop, stop_signals),
                 showing_progress(options.run_id, pipeline.counts, reader),
             ):
                 entries = all_entries(reader, options.sitemaps, options.sites, options.url_files)
@@ -133,7 +133,8 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
         if previous_run is not None:
             previous_run.close()
     result = summary(options.run_id, counts, reader, time.monotonic() - started)
-    result["interrupted"] = interrupted.is_set()
+    result["interrupted"] = bool(stop_signals)
+    result["stop_signal"] = signal.Signals(stop_signals[0]).name if stop_signals else None
     return result
 
 
@@ -159,19 +160,19 @@ class DedupOverRedis:
 
 
 @contextlib.contextmanager
-def stop_on_sigterm(stop: threading.Event, interrupted: threading.Event) -> Iterator[None]:
+def stop_on_sigterm(stop: threading.Event, stop_signals: list[int]) -> Iterator[None]:
     """While inside, SIGTERM and SIGINT (Ctrl-C) set `stop` instead of killing the process: the
     pipeline then stops reading and settles its batches (confirmed URLs marked seen, the others
     released), so no URL is left claimed but unpublished, and the summary of what was done is
-    printed as usual."""
+    printed as usual. Each signal received is appended to `stop_signals`: the first decides the
+    exit code (130 for Ctrl-C, 143 for SIGTERM)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
 
     def request_stop(signum: int, _frame: object) -> None:
         log.warning("got signal %d: stopping after the batches in flight", signum)
-        if signum == signal.SIGINT:
-            interrupted.set()
+        stop_signals.append(signum)
         stop.set()
 
     previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}

@@ -3,12 +3,14 @@ because that is where outcomes are committed before any message is acked."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from types import TracebackType
 
 import psycopg
 
 from shared import db
+from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 
 PAGE_TOTALS = """
@@ -84,32 +86,47 @@ class Tally:
     """The number of a run's URLs accounted for so far, asked as often as a waiting caller
     likes: over one connection kept open, in one query. account() opens a connection (a new
     server process) and reads every figure, which cost PostgreSQL about 8 ms of CPU at 5,000
-    pages, several times a second, taken from the crawl being watched."""
+    pages, several times a second, taken from the crawl being watched. A connection that was
+    lost (ServiceUnavailable from a query) is opened again by the next query."""
 
     def __init__(self, settings: Settings, run_id: str) -> None:
         self._settings = settings
         self._run_id = run_id
-        with db.translate(settings):
-            self._conn: psycopg.Connection[tuple[object, ...]] = db.connect(settings, autocommit=True)
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._connection()  # a database that cannot be reached at the start is an error at once
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self.close()
+            with db.translate(self._settings):
+                self._conn = db.connect(self._settings, autocommit=True)
+        return self._conn
+
+    def _row(self, query: str) -> tuple[object, ...]:
+        try:
+            with db.translate(self._settings):
+                row = self._connection().execute(query, {"run_id": self._run_id}).fetchone()
+        except ServiceUnavailable:
+            self.close()  # the next query connects afresh
+            raise
+        assert row is not None
+        return row
 
     def accounted(self) -> int:
-        with db.translate(self._settings):
-            row = self._conn.execute(ACCOUNTED, {"run_id": self._run_id}).fetchone()
-        assert row is not None
-        count = row[0]
+        count = self._row(ACCOUNTED)[0]
         assert isinstance(count, int)
         return count
 
     def outcomes(self) -> tuple[int, int, int]:
         """(stored, dead-lettered, skipped) so far, in one query."""
-        with db.translate(self._settings):
-            row = self._conn.execute(OUTCOMES, {"run_id": self._run_id}).fetchone()
-        assert row is not None
-        stored, dead, skipped = (int(v) for v in row)  # type: ignore[call-overload]
+        stored, dead, skipped = (int(v) for v in self._row(OUTCOMES))  # type: ignore[call-overload]
         return stored, dead, skipped
 
     def close(self) -> None:
-        self._conn.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
 
     def __enter__(self) -> Tally:
         return self

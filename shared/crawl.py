@@ -4,9 +4,12 @@ Starts the dead-letter consumer and N workers, runs the producer, waits until ev
 has enqueued is stored, dead-lettered or skipped, stops everything with SIGTERM and prints the
 accounting. Meanwhile it shows progress: a live line on a terminal, a line every
 --progress-every seconds elsewhere. A worker that dies is started again (shared/crawl_processes.py).
-Ctrl-C stops the processes and prints the accounting so far (exit 130); the same command with
-the same --run-id finishes the run. `--demo` first serves the bundled demo site on loopback
-addresses and crawls that.
+Ctrl-C, or SIGTERM, stops the processes and prints the accounting so far (exit 130, or 143 for
+SIGTERM); the same command with the same --run-id finishes the run. A blip of Redis or
+PostgreSQL shows "?" in the progress line; only one that lasts OUTAGE_LIMIT_S ends the crawl
+(shared/run_watch.py). With METRICS_PORT set, each process serves its metrics on a port of its
+own (shared/crawl_ports.py), named when the crawl starts. `--demo` first serves the bundled demo
+site on loopback addresses and crawls that.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import argparse
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -27,12 +29,21 @@ import redis
 from shared import db
 from shared.accounting import Accounting, account
 from shared.cli import configure_logging, run_main
-from shared.crawl_processes import STOP_TIMEOUT_S, CrawlFailed, Processes, last_line
+from shared.crawl_ports import describe, env_for, metrics_ports
+from shared.crawl_processes import (
+    STOP_TIMEOUT_S,
+    CrawlFailed,
+    Processes,
+    Terminated,
+    last_line,
+    sigterm_as_interrupt,
+    stop_signals_ignored,
+)
 from shared.errors import ConfigError
 from shared.keys import Keys
-from shared.progress import EVERY_S, ProgressDisplay, Rate, live_detail, periodic_line
+from shared.progress import EVERY_S, ProgressDisplay, Rate, Snapshot, live_detail, periodic_line
 from shared.redis_errors import translate_redis_errors
-from shared.run_watch import RunWatch
+from shared.run_watch import WATCH_ERRORS, RunWatch
 from shared.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
 
@@ -48,7 +59,8 @@ DEMO_ENV = {
     "FETCH_ALLOWLIST": "127.0.0.0/8",  # the demo site is on loopback, which the guard refuses
 }
 POLL_S = 0.25
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_TERMINATED = 143  # SIGTERM: 128 + its number, as for the producer
 
 
 def new_run_id(prefix: str = "run") -> str:
@@ -74,8 +86,12 @@ def run_crawl(
     db.ensure_schema(settings)  # before the first count, which may come before any worker is up
     display = ProgressDisplay(out, run_id, live=live, every_s=progress_every_s)
     procs = Processes(log_dir, env, say=display.note)
+    child_settings = Settings.from_env(env)
+    ports = metrics_ports(child_settings, workers)
+    if ports:
+        print(describe(ports, child_settings.worker_processes, child_settings.metrics_host), file=out)
     started = time.monotonic()
-    with RunWatch(settings, run_id) as watch:
+    with sigterm_as_interrupt(), RunWatch(settings, run_id) as watch:
         state = watch.state()
         if state == CANCELLED:
             raise ConfigError(f"run {run_id!r} was cancelled; start a new run (another --run-id)")
@@ -88,10 +104,12 @@ def run_crawl(
         codes: dict[str, int | None] | None = None
         try:
             with display:
-                procs.start("dlq_consumer", "dlq_consumer", "consume")
+                procs.start(
+                    "dlq_consumer", "dlq_consumer", "consume", env=env_for("dlq_consumer", env, ports)
+                )
                 for i in range(workers):
-                    procs.start(f"worker-{i + 1}", "worker")
-                producer = start_producer(run_id, producer_args, env, log_dir)
+                    procs.start(f"worker-{i + 1}", "worker", env=env_for(f"worker-{i + 1}", env, ports))
+                producer = start_producer(run_id, producer_args, env_for("producer", env, ports), log_dir)
                 procs.adopt("producer", producer)
                 summary = wait_until_accounted(watch, producer, log_dir, procs, display, timeout_s)
                 elapsed = time.monotonic() - started
@@ -100,19 +118,22 @@ def run_crawl(
             print(f"crawl failed: {exc}", file=out)
             print(what_stays(watch, run_id), file=out)
             return 1
-        except KeyboardInterrupt:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
-            print(
-                f"interrupted: stopping the processes (at most {STOP_TIMEOUT_S:.0f} s)", file=out, flush=True
-            )
-            elapsed = time.monotonic() - started
-            codes = procs.stop_all()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated)
+            terminated = isinstance(stop, Terminated)
+            with stop_signals_ignored():
+                print(
+                    f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: stopping the processes "
+                    f"(at most {STOP_TIMEOUT_S:.0f} s)",
+                    file=out,
+                    flush=True,
+                )
+                elapsed = time.monotonic() - started
+                codes = procs.stop_all()
             summary = summary or summary_if_any(log_dir)  # the producer prints one when stopped
             a = account(settings, run_id)
             print_accounting(a, watch, summary, elapsed, codes, log_dir, out, finished=False)
             print(what_stays(watch, run_id), file=out)
-            return EXIT_INTERRUPTED
+            return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
         finally:
             if codes is None:  # whatever happened, no process outlives the crawl
                 codes = procs.stop_all()
@@ -170,20 +191,27 @@ def wait_until_accounted(
     deadline = time.monotonic() + timeout_s
     rate = Rate()
     summary: dict[str, Any] | None = None
+    snapshot: Snapshot | None = None  # the last one read
     while True:
         procs.supervise()
         if summary is None and producer.poll() is not None:
             summary = producer_summary(producer, log_dir)
             display.note(producer_line(summary))
-        snapshot = watch.snapshot(producing=summary is None)
-        per_s = rate.add(snapshot)
-        display.show(
-            snapshot.done, snapshot.total, live_detail(snapshot, per_s), periodic_line(snapshot, per_s)
-        )
-        if summary is not None and snapshot.done >= snapshot.total:
-            return summary
+        found = watch.snapshot_if_reachable(producing=summary is None)
+        if found is None:  # Redis or PostgreSQL away for now: asked again at the next poll
+            unknown = f"? of ? done (waiting for {watch.unreachable})"
+            display.show(snapshot.done if snapshot else 0, None, unknown, unknown)
+        else:
+            snapshot = found
+            per_s = rate.add(snapshot)
+            display.show(
+                snapshot.done, snapshot.total, live_detail(snapshot, per_s), periodic_line(snapshot, per_s)
+            )
+            if summary is not None and snapshot.done >= snapshot.total:
+                return summary
         if time.monotonic() > deadline:
-            raise CrawlFailed(f"timed out with {snapshot.done} of {snapshot.total} URLs accounted for")
+            done = f"{snapshot.done} of {snapshot.total}" if snapshot else "an unknown number of the"
+            raise CrawlFailed(f"timed out with {done} URLs accounted for")
         time.sleep(POLL_S)
 
 
@@ -198,15 +226,19 @@ def producer_line(summary: dict[str, Any]) -> str:
 
 def what_stays(watch: RunWatch, run_id: str) -> str:
     """After a stop before the end: what is left, and how to finish."""
-    snapshot = watch.snapshot()
+    how = (
+        f"Finish the run with: make crawl RUN_ID={run_id} SITEMAP=... (the same inputs), or start "
+        f"workers (python -m worker) and the dead-letter consumer"
+    )
+    try:
+        snapshot = watch.snapshot()
+    except WATCH_ERRORS as exc:
+        return f"  what is left of the run is not known ({exc}). {how}"
     left = max(0, snapshot.total - snapshot.done)
     queued = "?" if snapshot.queued is None else str(snapshot.queued)
     return (
         f"  {left} of the run's {snapshot.total} URLs are not done; the broker keeps them, with "
-        f"{queued} messages ready in the work queues (of every run) and any in the delay queues. "
-        f"Finish the run with: "
-        f"make crawl RUN_ID={run_id} SITEMAP=... (the same inputs), or start workers "
-        f"(python -m worker) and the dead-letter consumer"
+        f"{queued} messages ready in the work queues (of every run) and any in the delay queues. " + how
     )
 
 

@@ -11,11 +11,13 @@ naming its log; the crawl fails only when no worker is left, or the dead-letter 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -28,6 +30,41 @@ _TAIL_BYTES = 4096
 
 class CrawlFailed(Exception):
     pass
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`docker stop`, a k8s eviction, `kill`): a crawl stops as on Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises Terminated where Ctrl-C would raise KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def terminate(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def stop_signals_ignored() -> Iterator[None]:
+    """A second Ctrl-C or SIGTERM must not cut a stop short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _to_stderr(line: str) -> None:
@@ -47,8 +84,11 @@ class Processes:
     _restart_at: dict[str, float] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
-    def start(self, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
-        self._commands[name] = ([sys.executable, "-m", module, *args], dict(self.env))
+    def start(
+        self, name: str, module: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start `python -m module args` as `name`, in `env` (default: the crawl's)."""
+        self._commands[name] = ([sys.executable, "-m", module, *args], dict(self.env if env is None else env))
         self._policies[name] = self.policy()
         return self._launch(name)
 

@@ -4,12 +4,18 @@ The total comes from the run's counters in Redis, which every producer invocatio
 adds to as its publishes are confirmed: a crawl started again with the same run id waits for
 the whole run, not only what its own producer published. Outcomes come from PostgreSQL over
 one connection kept open (shared.accounting.Tally), queue depths from passive declares.
+
+A blip of Redis or PostgreSQL does not end the crawl being watched: the workers wait for the
+service by themselves, and so does the watch. `snapshot_if_reachable()` answers None while
+either cannot be asked (progress shows "?"), reconnects at the next call, and gives up with
+one line (CrawlFailed) only once they have stayed away OUTAGE_LIMIT_S.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 import pika
@@ -17,6 +23,8 @@ import redis
 
 from shared import broker
 from shared.accounting import Tally
+from shared.crawl_processes import CrawlFailed
+from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS
 from shared.progress import Snapshot
@@ -24,9 +32,24 @@ from shared.runstate import read_state, recorded_enqueued
 from shared.settings import Settings
 from shared.topology import build_topology
 
+OUTAGE_LIMIT_S = 120.0
+# What a lost Redis or PostgreSQL raises here (PostgreSQL's arrives translated by shared.db).
+WATCH_ERRORS = (ServiceUnavailable, redis.exceptions.RedisError)
+
 
 class RunWatch:
-    def __init__(self, settings: Settings, run_id: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        run_id: str,
+        *,
+        outage_limit_s: float = OUTAGE_LIMIT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._outage_limit_s = outage_limit_s
+        self._clock = clock
+        self._unreachable_since: float | None = None
+        self.unreachable = ""  # why the last snapshot_if_reachable() answered None
         self._settings = settings
         self._run_id = run_id
         self._keys = Keys(settings.redis_prefix)
@@ -49,6 +72,25 @@ class RunWatch:
     def snapshot(self, producing: bool = False) -> Snapshot:
         stored, dead, skipped = self._tally.outcomes()
         return Snapshot(time.monotonic(), self.total(), stored, dead, skipped, self.queued(), producing)
+
+    def snapshot_if_reachable(self, producing: bool = False) -> Snapshot | None:
+        """A snapshot, or None while Redis or PostgreSQL cannot be asked (`unreachable` says
+        why); raises CrawlFailed once they have been away for `outage_limit_s`."""
+        try:
+            found = self.snapshot(producing)
+        except WATCH_ERRORS as exc:
+            now = self._clock()
+            if self._unreachable_since is None:
+                self._unreachable_since = now
+            self.unreachable = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if now - self._unreachable_since >= self._outage_limit_s:
+                raise CrawlFailed(
+                    f"progress could not be read for {self._outage_limit_s:.0f} s: {self.unreachable}"
+                ) from None
+            return None
+        self._unreachable_since = None
+        self.unreachable = ""
+        return found
 
     def queued(self) -> int | None:
         """Ready messages in the work queues (of every run in this namespace); None when the

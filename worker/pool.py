@@ -64,16 +64,20 @@ def run_pool(
     signal.signal(signal.SIGTERM, stop_all)
     signal.signal(signal.SIGINT, stop_all)
 
-    def fork(index: int) -> None:
+    def fork(index: int) -> bool:
         # Held back across the fork: a stop arriving now waits until the parent knows this
         # worker's pid, and until the worker has put back the default handlers (it must not
         # run the parent's, which would stop its siblings).
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        if stopping:  # a stop that came after the caller looked: stop_all() has been and gone
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            return False
         pid = os.fork()
         if pid == 0:
             os._exit(_serve_in_child(index, parent, serve))  # never back into the parent's frames
         children[pid] = index
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        return True
 
     for index in range(processes):
         fork(index)
@@ -84,8 +88,8 @@ def run_pool(
             for index, at in list(restart_at.items()):
                 if time.monotonic() >= at:
                     del restart_at[index]
-                    fork(index)
-                    log.info("%s started again", name_of(index))
+                    if fork(index):
+                        log.info("%s started again", name_of(index))
         pid, status = _reap()
         if pid == 0:
             time.sleep(_REAP_POLL_S)

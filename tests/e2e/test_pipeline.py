@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
+import socket
 import subprocess
 import sys
 import time
@@ -202,3 +204,40 @@ def test_an_extraction_profile_fills_its_fields_on_the_demo_site(
         assert isinstance(extracted, dict)
         assert extracted["headline"] == h1 and extracted["language"] == "en" and extracted["links"]
     assert {profile for url, profile, _, _ in found if "/news/" not in str(url)} == {None}
+
+
+def free_port_block(size: int) -> int:
+    """A base port with `size` free ports from it (another process may take one meanwhile: rare)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base: int = probe.getsockname()[1]
+        if base + size > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + size):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no block of free ports found")
+
+
+def test_a_metrics_port_gives_each_process_of_the_crawl_a_port_of_its_own(
+    settings: Settings, demo_site: DemoSite, tmp_path: Path
+) -> None:
+    base = free_port_block(21)  # dead-letter consumer, producer, worker-1 at +10, worker-2 at +20
+    expected = demo_site.config.expected()
+    code, output = crawl(
+        settings, demo_site, "e2e-ports", tmp_path, workers=2, METRICS_PORT=str(base), METRICS_LINGER_S="60"
+    )
+    assert code == 0, output  # before, the producer exited 2: its port was the consumer's
+    assert (
+        f"metrics on 127.0.0.1: dlq_consumer {base}, producer {base + 1}, "
+        f"worker-1 {base + 10}, worker-2 {base + 20}" in output
+    )
+    assert account(settings, "e2e-ports").accounted == expected.unique_total
+    logs = tmp_path / "logs"
+    assert f"serving metrics on http://127.0.0.1:{base + 20}/metrics" in (logs / "worker-2.log").read_text()
+    assert "until scraped" not in (logs / "producer.log").read_text()  # it did not linger

@@ -265,9 +265,11 @@ def test_a_worker_killed_during_a_crawl_is_started_again_and_the_crawl_completes
     assert "accounted for" in output and ": ok" in output
 
 
-def test_ctrl_c_stops_a_crawl_and_prints_what_it_did_so_far(
-    settings: Settings, demo_site: DemoSite, tmp_path: Path
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_a_crawl_and_prints_what_it_did_so_far(
+    settings: Settings, demo_site: DemoSite, tmp_path: Path, stop: str
 ) -> None:
+    run_id = f"e2e-{stop}"
     db.ensure_schema(settings)
     crawl = subprocess.Popen(
         [
@@ -279,7 +281,7 @@ def test_ctrl_c_stops_a_crawl_and_prints_what_it_did_so_far(
             "--workers",
             "2",
             "--run-id",
-            "e2e-ctrl-c",
+            run_id,
             "--log-dir",
             str(tmp_path),
         ],
@@ -290,19 +292,24 @@ def test_ctrl_c_stops_a_crawl_and_prints_what_it_did_so_far(
         start_new_session=True,  # its own process group, as a terminal's foreground job has
     )
     try:
-        wait_until(lambda: account(settings, "e2e-ctrl-c").stored >= 2, "a few pages stored")
-        os.killpg(crawl.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
+        wait_until(lambda: account(settings, run_id).stored >= 2, "a few pages stored")
+        if stop == "ctrl-c":
+            os.killpg(crawl.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
+        else:
+            crawl.send_signal(signal.SIGTERM)  # to the crawl alone, as `docker stop` or `kill` does
         output, _ = crawl.communicate(timeout=60)
     finally:
         if crawl.poll() is None:
             os.killpg(crawl.pid, signal.SIGKILL)
-    assert crawl.returncode == 130, output
-    assert "interrupted: stopping the processes" in output
-    a = account(settings, "e2e-ctrl-c")
+    assert crawl.returncode == {"ctrl-c": 130, "sigterm": 143}[stop], output
+    said = {"ctrl-c": "interrupted", "sigterm": "terminated (SIGTERM)"}[stop]
+    assert f"{said}: stopping the processes" in output
+    a = account(settings, run_id)
     total = demo_site.config.expected().unique_total
     assert f"accounted for     {a.accounted:6d} of {total}: not finished" in output
-    assert "Finish the run with: make crawl RUN_ID=e2e-ctrl-c" in output
-    # Every process stopped cleanly: workers on their own SIGINT, the producer with its summary.
+    assert f"Finish the run with: make crawl RUN_ID={run_id}" in output
+    # Every process stopped cleanly: workers on their own signal, the producer with its summary
+    # (130 or 143: stopped before the end of its inputs, 0: it had read them all).
     codes = output.split("processes stopped with exit codes: ")[1].splitlines()[0]
     assert set(codes.replace(",", " ").split()) <= {
         "dlq_consumer=0",
@@ -310,5 +317,6 @@ def test_ctrl_c_stops_a_crawl_and_prints_what_it_did_so_far(
         "worker-2=0",
         "producer=0",
         "producer=130",
+        "producer=143",
     }, codes
     assert "Traceback" not in output

@@ -132,6 +132,24 @@ def test_once_tries_again_after_a_failed_seeding(settings: Settings, sitemaps: L
     assert "already_seeded" not in summary(retried)
 
 
+def test_once_with_a_sitemap_failed_is_not_marked_seeded(settings: Settings, sitemaps: LocalSite) -> None:
+    root = sitemaps.root
+    args = ("--sitemap", root + "/ok.xml", "--sitemap", root + "/gone.xml", "--run-id", "seed-3", "--once")
+    first = producer(settings, *args)
+    assert first.returncode == 0, first.stderr  # without --strict: what could be read is crawled
+    assert summary(first)["enqueued_total"] == 4
+
+    # The next start reads both again (the 404 may be gone), publishing nothing twice.
+    again = producer(settings, *args)
+    assert again.returncode == 0, again.stderr
+    repeated = summary(again)
+    assert "already_seeded" not in repeated
+    assert repeated["enqueued_total"] == 0 and repeated["duplicates"] == 4
+    assert queued(settings) == 4
+    # With --strict, as compose runs it, the failure is an exit code a restart policy sees.
+    assert producer(settings, *args, "--strict").returncode == 3
+
+
 def test_once_needs_a_run_id(settings: Settings, sitemaps: LocalSite) -> None:
     done = producer(settings, "--sitemap", sitemaps.root + "/ok.xml", "--once")
     assert done.returncode == 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import socket
 import threading
 import urllib.request
@@ -83,3 +85,17 @@ def test_a_scrape_between_arming_and_waiting_counts(served: Served) -> None:
 
 def test_no_linger_when_it_is_set_to_0(served: Served) -> None:
     assert linger_until_scraped(served.watch, served.port, 0.0) is False
+
+
+def test_stop_waiting_ends_the_wait_without_counting_as_a_scrape(served: Served) -> None:
+    served.watch.arm()
+    threading.Timer(0.2, served.watch.stop_waiting).start()
+    assert served.watch.wait_for_scrape(60) is False
+
+
+def test_sigterm_during_the_linger_ends_it(served: Served) -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    served.watch.arm()
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    assert linger_until_scraped(served.watch, served.port, 60) is False
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler was only for the wait

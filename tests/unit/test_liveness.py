@@ -11,7 +11,8 @@ pytestmark = pytest.mark.unit
 
 
 class FakeDedup:
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, error: Exception | None = None) -> None:
+        self.error = error or redis.exceptions.ConnectionError("gone")
         self.beats = 0
         self.stopped = False
         self.failures = failures
@@ -21,7 +22,7 @@ class FakeDedup:
         self.beats += 1
         if self.beats > 1 and self.failures:
             self.failures -= 1
-            raise redis.exceptions.ConnectionError("gone")
+            raise self.error
         if self.beats >= 4:
             self.beaten.set()
 
@@ -45,3 +46,11 @@ def test_the_heartbeat_is_removed_after_an_error_too() -> None:
     with pytest.raises(RuntimeError), Heartbeat(dedup, every_s=0.01):
         raise RuntimeError("the run broke")
     assert dedup.stopped
+
+
+def test_any_redis_error_leaves_the_heartbeat_beating() -> None:
+    # Not a lost connection: a Redis that answers, with an error (loading, read-only, OOM).
+    dedup = FakeDedup(failures=2, error=redis.exceptions.ResponseError("LOADING Redis is loading"))
+    with Heartbeat(dedup, every_s=0.01):
+        assert dedup.beaten.wait(5)
+    assert dedup.beats >= 4 and dedup.stopped

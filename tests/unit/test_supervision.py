@@ -109,6 +109,55 @@ def test_a_pool_restarts_a_dying_worker_then_gives_up_and_stops(tmp_path: Path) 
     assert result.stderr.count("; starting it again in") == 2
 
 
+STOP_BEFORE_FORK_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+    import time
+
+    from worker.pool import run_pool
+
+    starts, restarted = sys.argv[1], []
+    due = time.monotonic() + 1.0
+
+    class BothAtOnce:  # both workers are due to start again at the same moment
+        def after_exit(self):
+            return max(0.0, due - time.monotonic())
+
+    def serve(index: int) -> int:
+        with open(starts, "a") as f:
+            f.write(f"{index}\\n")
+        if len(open(starts).read().split()) <= 2:
+            return 1  # the first start of each dies at once
+        time.sleep(5)
+        return 0
+
+    def name_of(index: int) -> str:
+        if time.monotonic() >= due:  # named once the first restart is forked: a stop now
+            restarted.append(index)  # comes between the next restart's check and its fork
+            os.kill(os.getpid(), signal.SIGTERM)
+        return f"worker {index}"
+
+    code = run_pool(2, serve, name_of=name_of, policy=BothAtOnce)
+    print(len(restarted))
+    sys.exit(code)
+    """
+)
+
+
+def test_a_stop_that_comes_just_before_a_restart_leaves_no_worker_unstopped(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", STOP_BEFORE_FORK_SCRIPT, str(tmp_path / "starts")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert result.stdout.split() == ["1"], result.stderr  # the second restart was not forked
+
+
 def test_a_crawl_process_that_keeps_dying_is_given_up_with_its_own_last_line(tmp_path: Path) -> None:
     lines: list[str] = []
     procs = Processes(
