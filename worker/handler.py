@@ -56,6 +56,8 @@ from worker.store import PageRow, SkipRow
 
 log = logging.getLogger(__name__)
 
+SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip() is given
+
 T = TypeVar("T")
 HOLD_UNROUTABLE_WAIT_S = 5.0  # how long a paused run's message with no hold queue waits to come back
 
@@ -145,6 +147,11 @@ class CrawlHandler:
 
     def __post_init__(self) -> None:
         self._local = threading.local()
+        # Each skip reason's series exists from the start, at 0: a series born at its first
+        # skip has no earlier sample, so Prometheus's increase() and rate() miss that skip, and
+        # all of them when the worker stops before its next scrape.
+        for reason in SKIP_REASONS:
+            metrics.SKIPS.labels(reason)
         # Parsing is pure Python under the GIL: however many threads parse at once, one runs.
         # Letting them all start only multiplies half-built trees in memory and forced thread
         # switches; one parse at a time took a worker with 32 fetches in flight from a 79 MB

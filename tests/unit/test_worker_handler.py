@@ -647,3 +647,25 @@ def test_a_held_message_with_no_hold_queue_bound_would_go_to_a_defer_queue() -> 
     assert fallback is not None
     assert (fallback.exchange, fallback.routing_key) == ("ns.defer", "d5000.bulk")
     assert Progress.from_headers(dict(fallback.headers)).attempt == 1
+
+
+def test_every_skip_reason_given_is_listed_for_its_metric_series() -> None:
+    """SKIP_REASONS starts each reason's series at 0 (worker/handler.py): a reason passed to
+    _skip() but missing from it would be born at its first skip, which increase() cannot see."""
+    import ast
+    import inspect
+
+    from worker import handler
+
+    tree = ast.parse(inspect.getsource(handler))
+    given = {
+        call.args[1].value
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "_skip"
+        and len(call.args) > 1
+        and isinstance(call.args[1], ast.Constant)
+    }
+    assert given
+    assert given <= set(handler.SKIP_REASONS)
