@@ -23,6 +23,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from shared.signals import off_the_handler
+
 log = logging.getLogger(__name__)
 
 RESPONSE_GRACE_S = 1.0
@@ -101,7 +103,7 @@ def stop_waiting_on_signals(watch: ScrapeWatch, stopped_by: list[int]) -> Iterat
 
     def stop(signum: int, _frame: object) -> None:
         stopped_by.append(signum)
-        watch.stop_waiting()
+        off_the_handler(watch.stop_waiting)  # it sets an Event, whose lock may be the main thread's
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -29,6 +29,7 @@ from shared.errors import ConfigError
 from shared.keys import Keys
 from shared.message_bounds import RUN_ID_PATTERN
 from shared.settings import Settings
+from shared.signals import off_the_handler
 from shared.topology import build_topology
 from shared.urls import InvalidURL, canonicalize
 from worker.proxies import ProxyPool
@@ -173,7 +174,7 @@ def stop_on_sigterm(stop: threading.Event, stop_signals: list[int]) -> Iterator[
     def request_stop(signum: int, _frame: object) -> None:
         log.warning("got signal %d: stopping after the batches in flight", signum)
         stop_signals.append(signum)
-        stop.set()
+        off_the_handler(stop.set)  # the Event's lock may be the main thread's
 
     previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -35,6 +35,7 @@ from typing import Any
 from shared import broker, metrics
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
+from shared.signals import off_the_handler
 from shared.topology import build_topology
 
 log = logging.getLogger(__name__)
@@ -388,7 +389,7 @@ def run_consumers(
 
         def request_stop(signum: int, _frame: object) -> None:
             log.info("%s got signal %d: finishing in-flight messages", name, signum)
-            runtime.stop_event.set()
+            off_the_handler(runtime.stop_event.set)  # the Event's lock may be the main thread's
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
