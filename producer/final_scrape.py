@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -23,7 +22,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from shared.signals import off_the_handler
+from shared.signals import stop_signals_call
 
 log = logging.getLogger(__name__)
 
@@ -97,17 +96,5 @@ def linger_until_scraped(watch: ScrapeWatch, port: int, linger_s: float) -> bool
 
 @contextlib.contextmanager
 def stop_waiting_on_signals(watch: ScrapeWatch, stopped_by: list[int]) -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-
-    def stop(signum: int, _frame: object) -> None:
-        stopped_by.append(signum)
-        off_the_handler(watch.stop_waiting)  # it sets an Event, whose lock may be the main thread's
-
-    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_signals_call(watch.stop_waiting, stopped_by):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

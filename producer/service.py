@@ -29,7 +29,7 @@ from shared.errors import ConfigError
 from shared.keys import Keys
 from shared.message_bounds import RUN_ID_PATTERN
 from shared.settings import Settings
-from shared.signals import off_the_handler
+from shared.signals import stop_signals_call
 from shared.topology import build_topology
 from shared.urls import InvalidURL, canonicalize
 from worker.proxies import ProxyPool
@@ -167,21 +167,13 @@ def stop_on_sigterm(stop: threading.Event, stop_signals: list[int]) -> Iterator[
     released), so no URL is left claimed but unpublished, and the summary of what was done is
     printed as usual. Each signal received is appended to `stop_signals`: the first decides the
     exit code (130 for Ctrl-C, 143 for SIGTERM)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
 
-    def request_stop(signum: int, _frame: object) -> None:
-        log.warning("got signal %d: stopping after the batches in flight", signum)
-        stop_signals.append(signum)
-        off_the_handler(stop.set)  # the Event's lock may be the main thread's
+    def request_stop() -> None:
+        log.warning("got signal %d: stopping after the batches in flight", stop_signals[-1])
+        stop.set()
 
-    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_signals_call(request_stop, stop_signals):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def summary(run_id: str, counts: Counts, reader: SitemapReader, elapsed_s: float) -> dict[str, Any]:
