@@ -1,5 +1,6 @@
 # One image for every service; docker-compose.yml picks the service with its command
-# (python -m producer | worker | dlq_consumer | demo_site).
+# (python -m producer | worker | dlq_consumer | demo_site); the operator commands (python -m
+# ops.status, ops.run_report, ...) run in any of them.
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -15,6 +16,7 @@ COPY producer ./producer
 COPY worker ./worker
 COPY dlq_consumer ./dlq_consumer
 COPY demo_site ./demo_site
+COPY ops ./ops
 # A regular (not editable) install: the code runs from site-packages and /src can go.
 RUN pip install . && rm -rf /src
 

@@ -23,13 +23,13 @@ install: $(VENV)/.installed
 
 # Serve the bundled demo site on 127.0.0.2-4, crawl it with several workers, print the accounting.
 demo: install
-	$(PY) -m shared.crawl --demo --workers $(WORKERS)
+	$(PY) -m ops.crawl --demo --workers $(WORKERS)
 
 # Crawl a sitemap (or a site root) with WORKERS workers and a dead-letter consumer until done.
 # RUN_ID of an interrupted run finishes it; RECRAWL_OF=<earlier run> fetches only what changed.
 crawl: install
 	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N] [RUN_ID=id] [RECRAWL_OF=id]"; exit 2; }
-	$(PY) -m shared.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(RECRAWL_OF),--recrawl-of $(RECRAWL_OF))
+	$(PY) -m ops.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(RECRAWL_OF),--recrawl-of $(RECRAWL_OF))
 
 # Unit, integration and end-to-end tests. Never stops or restarts a service (the fault scenarios
 # are `make faults`). First turns on the RabbitMQ management API if it is off, which is not a

@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ops.crawl import Processes
+from ops.teardown import remove_pipeline
 from shared import broker, db
-from shared.crawl import Processes
 from shared.settings import Settings
-from shared.teardown import remove_pipeline
 from shared.topology import build_topology, new_task_routing_key, work_exchange
 
 SETTLE_S = 120.0

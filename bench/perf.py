@@ -25,9 +25,9 @@ from pathlib import Path
 from bench.dedup_memory import dedup_bytes_per_url
 from bench.measure import Children, services_cpu_s
 from bench.raw_publish import raw_publish_rate
-from shared.accounting import Tally, account
+from ops.accounting import Tally, account
+from ops.teardown import remove_pipeline
 from shared.settings import Settings
-from shared.teardown import remove_pipeline
 
 SITE_PORT = 8531
 # Fetches in flight per worker on the slow site: 4 x 24. With every answer 100 ms away, no

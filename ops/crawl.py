@@ -1,14 +1,14 @@
-"""python -m shared.crawl: run a whole crawl on this machine, as separate processes, and account for it.
+"""python -m ops.crawl: run a whole crawl on this machine, as separate processes, and account for it.
 
 Starts the dead-letter consumer and N workers, runs the producer, waits until every URL the run
 has enqueued is stored, dead-lettered or skipped, stops everything with SIGTERM and prints the
 accounting. Meanwhile it shows progress: a live line on a terminal, a line every
---progress-every seconds elsewhere. A worker that dies is started again (shared/crawl_processes.py).
+--progress-every seconds elsewhere. A worker that dies is started again (ops/crawl_processes.py).
 Ctrl-C, or SIGTERM, stops the processes and prints the accounting so far (exit 130, or 143 for
 SIGTERM); the same command with the same --run-id finishes the run. A blip of Redis or
 PostgreSQL shows "?" in the progress line; only one that lasts OUTAGE_LIMIT_S ends the crawl
-(shared/run_watch.py). With METRICS_PORT set, each process serves its metrics on a port of its
-own (shared/crawl_ports.py), named when the crawl starts. `--demo` first serves the bundled demo
+(ops/run_watch.py). With METRICS_PORT set, each process serves its metrics on a port of its
+own (ops/crawl_ports.py), named when the crawl starts. `--demo` first serves the bundled demo
 site on loopback addresses and crawls that.
 """
 
@@ -26,11 +26,9 @@ from typing import IO, Any
 
 import redis
 
-from shared import db
-from shared.accounting import Accounting, account
-from shared.cli import configure_logging, run_main
-from shared.crawl_ports import describe, env_for, metrics_ports
-from shared.crawl_processes import (
+from ops.accounting import Accounting, account
+from ops.crawl_ports import describe, env_for, metrics_ports
+from ops.crawl_processes import (
     STOP_TIMEOUT_S,
     CrawlFailed,
     Processes,
@@ -39,11 +37,13 @@ from shared.crawl_processes import (
     sigterm_as_interrupt,
     stop_signals_ignored,
 )
+from ops.run_watch import WATCH_ERRORS, RunWatch
+from shared import db
+from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
 from shared.keys import Keys
 from shared.progress import EVERY_S, ProgressDisplay, Rate, Snapshot, live_detail, periodic_line
 from shared.redis_errors import translate_redis_errors
-from shared.run_watch import WATCH_ERRORS, RunWatch
 from shared.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
 
@@ -97,7 +97,7 @@ def run_crawl(
             raise ConfigError(f"run {run_id!r} was cancelled; start a new run (another --run-id)")
         if state == PAUSED:
             print(
-                f"run {run_id} is paused: nothing is fetched until `python -m shared.runs resume {run_id}`",
+                f"run {run_id} is paused: nothing is fetched until `python -m ops.runs resume {run_id}`",
                 file=out,
             )
         summary: dict[str, Any] | None = None
@@ -283,7 +283,7 @@ def print_accounting(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m shared.crawl", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops.crawl", description=__doc__)
     parser.add_argument("--demo", action="store_true", help="serve and crawl the bundled demo site")
     parser.add_argument("--sitemap", action="append", default=[], help="sitemap URL (repeatable)")
     parser.add_argument("--site", action="append", default=[], help="site root: read its robots.txt")

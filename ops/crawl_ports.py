@@ -1,4 +1,4 @@
-"""Metrics ports for the processes of one `shared.crawl` on one machine.
+"""Metrics ports for the processes of one `ops.crawl` on one machine.
 
 Every process of a crawl gets the crawl's environment, so a METRICS_PORT set for the crawl would
 make all of them try the same port, and all but the first fail. Each gets a port of its own:

@@ -1,4 +1,4 @@
-"""The processes of a crawl on one machine, supervised: `shared.crawl` starts the dead-letter
+"""The processes of a crawl on one machine, supervised: `ops.crawl` starts the dead-letter
 consumer and the workers here, each logging to a file of its own, and calls `supervise()` while
 it waits.
 

@@ -1,4 +1,4 @@
-"""python -m shared.export --run ID --format jsonl|csv [--fields f1,f2] [--output FILE]
+"""python -m ops.export --run ID --format jsonl|csv [--fields f1,f2] [--output FILE]
 
 Writes a run's pages, ordered by URL, as JSON lines or CSV. Rows stream from a server-side
 cursor, ITERSIZE at a time, so a run of millions of pages needs no more memory than a few
@@ -157,7 +157,7 @@ def parse_fields(text: str) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m shared.export", description="Write the pages of one run as JSON lines or CSV."
+        prog="python -m ops.export", description="Write the pages of one run as JSON lines or CSV."
     )
     parser.add_argument("--run", metavar="ID", required=True, help="the run whose pages to write")
     parser.add_argument("--format", choices=FORMATS, default="jsonl", help="jsonl (default) or csv")

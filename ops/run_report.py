@@ -1,8 +1,8 @@
-"""python -m shared.run_report --run ID [--wait SECONDS]: a run's accounting, as `make demo`
+"""python -m ops.run_report --run ID [--wait SECONDS]: a run's accounting, as `make demo`
 prints it, for a run whose services run elsewhere (docker compose, many machines).
 
 The figures the producer recorded (enqueued per queue, duplicates, invalid) come from the
-run's Redis counters; where each URL ended comes from PostgreSQL (shared/accounting.py). Exit 0
+run's Redis counters; where each URL ended comes from PostgreSQL (ops/accounting.py). Exit 0
 when every enqueued URL is stored, dead-lettered or skipped, 1 when not (yet).
 """
 
@@ -17,7 +17,7 @@ from typing import IO
 import psycopg
 import redis
 
-from shared.accounting import Accounting, Tally, account
+from ops.accounting import Accounting, Tally, account
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
 from shared.keys import Keys
@@ -86,7 +86,7 @@ def report(settings: Settings, run_id: str, wait_s: float, out: IO[str]) -> int:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m shared.run_report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.run_report", description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, metavar="ID", help="the run id")
     parser.add_argument(
         "--wait",

@@ -1,9 +1,9 @@
-"""Where a run stands, asked several times a second by `shared.crawl` while it waits.
+"""Where a run stands, asked several times a second by `ops.crawl` while it waits.
 
 The total comes from the run's counters in Redis, which every producer invocation of the run
 adds to as its publishes are confirmed: a crawl started again with the same run id waits for
 the whole run, not only what its own producer published. Outcomes come from PostgreSQL over
-one connection kept open (shared.accounting.Tally), queue depths from passive declares.
+one connection kept open (ops.accounting.Tally), queue depths from passive declares.
 
 A blip of Redis or PostgreSQL does not end the crawl being watched: the workers wait for the
 service by themselves, and so does the watch. `snapshot_if_reachable()` answers None while
@@ -21,9 +21,9 @@ from types import TracebackType
 import pika
 import redis
 
+from ops.accounting import Tally
+from ops.crawl_processes import CrawlFailed
 from shared import broker
-from shared.accounting import Tally
-from shared.crawl_processes import CrawlFailed
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS

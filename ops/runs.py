@@ -1,4 +1,4 @@
-"""python -m shared.runs list | show RUN | pause RUN | resume RUN | cancel RUN: runs as things an
+"""python -m ops.runs list | show RUN | pause RUN | resume RUN | cancel RUN: runs as things an
 operator handles.
 
 - `list`: the runs Redis has counters for, with state, enqueued, stored, dead, skipped, left.
@@ -29,8 +29,8 @@ import pika.exceptions
 import redis
 from pika.adapters.blocking_connection import BlockingChannel
 
+from ops.accounting import account
 from shared import broker, db
-from shared.accounting import account
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError, DecodeError
 from shared.keys import Keys
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
         if state == RUNNING and not recorded_enqueued(client, keys, run_id):
             raise ConfigError(
                 f"run {run_id!r}: no such run under REDIS_PREFIX={settings.redis_prefix!r} "
-                "(see python -m shared.runs list)"
+                "(see python -m ops.runs list)"
             )
         if args.command == "show":
             return show_run(settings, client, keys, run_id, state, out)
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m shared.runs", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ops.runs", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="the runs with counters in Redis")
     for name, text in (

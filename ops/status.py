@@ -1,4 +1,4 @@
-"""python -m shared.status [--run ID] [--json | --watch [--interval S]]: what the pipeline holds
+"""python -m ops.status [--run ID] [--json | --watch [--interval S]]: what the pipeline holds
 right now, and what it has been doing in the last minute.
 
 Queues are the ones that exist: the management API lists the vhost's queues, and those named
@@ -8,10 +8,10 @@ queues are always shown, as missing when absent. Without the management plugin, 
 declares of the names the settings imply give live ready and consumer counts, no unacked count,
 and only the delay queues these settings would declare.
 
-Run figures and recent activity (shared/activity.py) come from PostgreSQL; a run's counters from
+Run figures and recent activity (ops/activity.py) come from PostgreSQL; a run's counters from
 its Redis hash, under whichever prefix the run used (the configured one, a well-known one, or
 one a scan finds); the running workers from their presence keys (shared/presence.py). Nothing
-here writes anything. The text is drawn by shared/status_view.py.
+here writes anything. The text is drawn by ops/status_view.py.
 """
 
 from __future__ import annotations
@@ -31,18 +31,19 @@ from typing import Any, TextIO
 import psycopg
 import redis
 
-from shared import broker, db, management
-from shared.accounting import account
-from shared.activity import recent_activity
+from ops import management
+from ops.accounting import account
+from ops.activity import recent_activity
+from ops.management import HttpGet
+from ops.status_view import CLEAR_SCREEN, clip, frame, render
+from shared import broker, db
 from shared.cli import configure_logging, run_main
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
-from shared.management import HttpGet
 from shared.messages import QUEUE_KINDS
 from shared.presence import live_workers
 from shared.runstate import held_queue
 from shared.settings import Settings, redact
-from shared.status_view import CLEAR_SCREEN, clip, frame, render
 from shared.topology import (
     DEAD,
     PARKED,
@@ -61,10 +62,10 @@ WATCH_INTERVAL_S = 2.0
 STOP_CHECK_S = 0.1  # how soon a watch notices Ctrl-C between redraws
 SCREEN_FALLBACK = (80, 24)  # columns, lines when the output is not a terminal
 # Where a run's counters are looked for before scanning: the default REDIS_PREFIX and the one
-# `make demo` uses (shared/crawl.py), so `--run <demo run>` needs no REDIS_PREFIX.
+# `make demo` uses (ops/crawl.py), so `--run <demo run>` needs no REDIS_PREFIX.
 KNOWN_PREFIXES = ("crawl", "demo")
 # Without the management API, retry queues are found by name: those of the settings, of the
-# default RETRY_DELAYS_S and of `make demo` (shared/crawl.py), whichever exist.
+# default RETRY_DELAYS_S and of `make demo` (ops/crawl.py), whichever exist.
 KNOWN_RETRY_DELAYS_S = (0.5, 1.0, 5.0, 30.0)
 ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer", "held")
 _DELAY_MS = re.compile(r"\.([0-9]+)ms$")
@@ -272,7 +273,7 @@ def gather(settings: Settings, run_id: str | None, get: HttpGet | None = None) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m shared.status", description="Queue depths and run figures of the pipeline."
+        prog="python -m ops.status", description="Queue depths and run figures of the pipeline."
     )
     parser.add_argument("--run", metavar="ID", help="figures of this run (default: list latest runs)")
     shown = parser.add_mutually_exclusive_group()

@@ -1,4 +1,4 @@
-"""The status report (shared/status.py) as text: in full for a one-off look, or fitted to a
+"""The status report (ops/status.py) as text: in full for a one-off look, or fitted to a
 terminal for `--watch`, where a view taller or wider than the screen scrolls away between
 redraws. Fitted, the retry and defer queues are summed into a line per role, the workers share
 one line, and lists that do not fit end with "… N more"; every line is cut to the width."""

@@ -5,7 +5,7 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:seen:<run>:<bucket>    hash   dedup fingerprints of one run (field = fingerprint tail)
     crawl:run:<run>:stats        hash   counters of one run (enqueued.<queue>, retries, cache_hits, ...)
     crawl:run:<run>:producer:<owner> string present while producer process <owner> is alive (expires)
-    crawl:run:<run>:state        string paused | cancelled (shared/runs.py); absent: running
+    crawl:run:<run>:state        string paused | cancelled (ops/runs.py); absent: running
     crawl:run:<run>:seeded       string the summary of the run's completed seeding (producer --once)
     crawl:rate:<domain>          string GCRA theoretical arrival time of a domain (expires)
     crawl:cache:<fingerprint>    string cached response (expires after CACHE_TTL_S)

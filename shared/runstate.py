@@ -1,6 +1,6 @@
 """Whether a run is running, paused or cancelled, as workers see it.
 
-An operator sets the state with `python -m shared.runs pause|resume|cancel RUN`; it lives in
+An operator sets the state with `python -m ops.runs pause|resume|cancel RUN`; it lives in
 Redis under Keys.run_state(run), with no expiry, and its absence means running. A worker asks
 before it fetches a URL: a paused run's message is moved once to the run's hold queue, where it
 waits without being delivered again; a cancelled run's message is recorded as a skip with reason

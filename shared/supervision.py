@@ -1,6 +1,6 @@
 """When to start a process again after it died: with a growing pause, and not for ever.
 
-One `RestartPolicy` per supervised process (a worker of a pool, a worker of `shared.crawl`).
+One `RestartPolicy` per supervised process (a worker of a pool, a worker of `ops.crawl`).
 Each exit is recorded; the pause before the restart doubles with each exit still inside the
 window (0.5 s, 1 s, 2 s, ...), and a process that has ended more than `max_restarts` times
 within `window_s` is not started again: it is crashing on something a restart will not fix

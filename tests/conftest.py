@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared import management
+from ops import management
+from ops.teardown import remove_pipeline
 from shared.settings import Settings
-from shared.teardown import remove_pipeline
 
 
 def unique_name(prefix: str = "t") -> str:

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from shared import management
+from ops import management
 from shared.settings import Settings
 
 PLUGIN = "rabbitmq_management"

@@ -373,10 +373,10 @@ def check_nothing_lost_or_duplicated(stack: Stack, summary: dict[str, Any]) -> f
     )
     stored, span_s = int(rows[0][0]), float(rows[0][1] or 0)
     # The accounting as `make demo` prints it, from inside the stack.
-    accounting = stack.run("exec", "-T", "worker", "python", "-m", "shared.run_report", "--run", RUN_ID)
+    accounting = stack.run("exec", "-T", "worker", "python", "-m", "ops.run_report", "--run", RUN_ID)
     print(f"\n{accounting}  lost {lost}, duplicated {duplicated}\n", flush=True)
     ok = re.search(rf"accounted for +{enqueued} of {enqueued}: ok", accounting)
-    check(ok is not None, "shared.run_report disagrees")
+    check(ok is not None, "ops.run_report disagrees")
     check(lost == 0, f"lost {lost} URLs")
     check(duplicated == 0, f"duplicated {duplicated} outcomes")
     return stored / span_s if span_s else 0.0

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ops.teardown import remove_pipeline
 from shared.settings import Settings
-from shared.teardown import remove_pipeline
 from tests.conftest import unique_name
 
 pytestmark = pytest.mark.e2e

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from demo_site.server import DemoSite
-from shared.accounting import account
-from shared.crawl import Processes
+from ops.accounting import account
+from ops.crawl import Processes
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.e2e.test_metrics import free_port, metric_total

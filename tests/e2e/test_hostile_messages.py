@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from ops.crawl import Processes
 from shared import broker, db
-from shared.crawl import Processes
 from shared.errors import DecodeError
 from shared.messages import (
     ATTEMPT_HEADER,

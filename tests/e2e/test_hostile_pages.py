@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from ops.accounting import account
+from ops.crawl import Processes
 from shared import db
-from shared.accounting import account
-from shared.crawl import Processes
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.e2e.hostile_site import HostileSite

@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.site import Answer, Hit, LoggedSite, page
 from demo_site.server import DemoSite
+from ops.accounting import account
+from ops.crawl import Processes
 from shared import metrics
-from shared.accounting import account
-from shared.crawl import Processes
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 

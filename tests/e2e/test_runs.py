@@ -19,9 +19,9 @@ import pytest
 import requests
 
 from demo_site.server import DemoSite
+from ops.accounting import account
+from ops.crawl import Processes, run_crawl
 from shared import broker, db
-from shared.accounting import account
-from shared.crawl import Processes, run_crawl
 from shared.runstate import held_exchange, held_queue
 from shared.settings import Settings
 from shared.topology import build_topology
@@ -69,7 +69,7 @@ def produce(settings: Settings, site: DemoSite, run_id: str, **env: str) -> int:
 
 def runs(settings: Settings, *args: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "shared.runs", *args],
+        [sys.executable, "-m", "ops.runs", *args],
         env=service_env(settings),
         capture_output=True,
         text=True,
@@ -275,7 +275,7 @@ def test_ctrl_c_or_sigterm_stops_a_crawl_and_prints_what_it_did_so_far(
         [
             sys.executable,
             "-m",
-            "shared.crawl",
+            "ops.crawl",
             "--sitemap",
             demo_site.config.sitemap_index_url,
             "--workers",

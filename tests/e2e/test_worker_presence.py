@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ops.status import gather
 from shared.settings import Settings
-from shared.status import gather
 from tests.e2e.conftest import service_env
 
 pytestmark = pytest.mark.e2e

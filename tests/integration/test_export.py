@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
+from ops.export import DEFAULT_FIELDS, ITERSIZE, export, export_to_file, page_columns, stream_pages
 from shared import db
-from shared.export import DEFAULT_FIELDS, ITERSIZE, export, export_to_file, page_columns, stream_pages
 from shared.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -186,7 +186,7 @@ def test_rows_stream_from_a_server_side_cursor(seeded: Settings) -> None:
 def run_export(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PG_SCHEMA": settings.pg_schema, "DATABASE_URL": settings.database_url}
     return subprocess.run(
-        [sys.executable, "-m", "shared.export", *args],
+        [sys.executable, "-m", "ops.export", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

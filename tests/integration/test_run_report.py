@@ -1,4 +1,4 @@
-"""python -m shared.run_report: a run's accounting where its services run elsewhere (compose)."""
+"""python -m ops.run_report: a run's accounting where its services run elsewhere (compose)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import io
 import pytest
 import redis
 
+from ops.accounting import Accounting
+from ops.run_report import render, report
 from shared import db
-from shared.accounting import Accounting
 from shared.errors import ConfigError
 from shared.keys import Keys
-from shared.run_report import render, report
 from shared.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""shared.crawl's watch over a run through a blip of PostgreSQL or Redis: "?" meanwhile, the
+"""ops.crawl's watch over a run through a blip of PostgreSQL or Redis: "?" meanwhile, the
 figures again once the service is back, and a clear failure only after a long outage."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import socket
 import pytest
 import redis
 
+from ops.crawl_processes import CrawlFailed
+from ops.run_watch import RunWatch
 from shared import db
-from shared.crawl_processes import CrawlFailed
 from shared.progress import Snapshot
-from shared.run_watch import RunWatch
 from shared.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""python -m shared.runs against the real broker, Redis and database, with no worker: what pause,
+"""python -m ops.runs against the real broker, Redis and database, with no worker: what pause,
 resume and cancel do to the state, the hold queue and the accounting."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from ops.accounting import account
+from ops.runs import cancel, held_count, pause, resume
 from shared import broker, db
-from shared.accounting import account
 from shared.consumer import Delivery
 from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
-from shared.runs import cancel, held_count, pause, resume
 from shared.runstate import held_exchange, held_queue, read_state
 from shared.settings import Settings
 from shared.topology import build_topology, defer_queue, work_queue
@@ -128,7 +128,7 @@ def test_cancel_records_held_messages_as_skips(settings: Settings, client: redis
 
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "shared.runs", *args],
+        [sys.executable, "-m", "ops.runs", *args],
         env=service_env(settings),
         capture_output=True,
         text=True,
@@ -142,7 +142,7 @@ def test_mistakes_get_one_line_and_exit_2(settings: Settings, client: redis.Redi
     assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines() == [
         f"runs: error: run 'no-such-run': no such run under REDIS_PREFIX={settings.redis_prefix!r} "
-        "(see python -m shared.runs list)"
+        "(see python -m ops.runs list)"
     ]
     client.set(Keys(settings.redis_prefix).run_state(RUN), "cancelled")
     again = cli(settings, "resume", RUN)

@@ -17,13 +17,13 @@ import redis
 
 from dlq_consumer import store
 from dlq_consumer.record import record_from_delivery
+from ops.management import HttpGet
+from ops.status import CLEAR_SCREEN, gather
 from shared import broker, db
 from shared.consumer import Delivery
 from shared.keys import Keys
-from shared.management import HttpGet
 from shared.messages import CrawlTask, Failure
 from shared.settings import Settings
-from shared.status import CLEAR_SCREEN, gather
 from shared.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 
 pytestmark = pytest.mark.integration
@@ -89,7 +89,7 @@ def status(settings: Settings, *args: str, **env_overrides: str) -> subprocess.C
         **env_overrides,
     }
     return subprocess.run(
-        [sys.executable, "-m", "shared.status", *args],
+        [sys.executable, "-m", "ops.status", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -264,7 +264,7 @@ def test_watch_redraws_until_ctrl_c_and_exits_0(active: Settings) -> None:
         "RABBITMQ_MANAGEMENT_URL": CLOSED_PORT_HTTP,
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "shared.status", "--watch", "--interval", "0.2"],
+        [sys.executable, "-m", "ops.status", "--watch", "--interval", "0.2"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from ops.management import HttpGet
+from ops.runs import pause
+from ops.status import KNOWN_PREFIXES, gather
 from shared import broker
 from shared.keys import Keys
-from shared.management import HttpGet
 from shared.presence import PRESENCE_TTL_S, announced
-from shared.runs import pause
 from shared.runstate import held_queue
 from shared.settings import Settings
-from shared.status import KNOWN_PREFIXES, gather
 from shared.topology import build_topology
 from tests.conftest import unique_name
 

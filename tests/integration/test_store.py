@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from dlq_consumer.store import UPSERT_DEAD_LETTER
+from ops.accounting import Tally, account
 from shared import db
-from shared.accounting import Tally, account
 from shared.errors import ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
 from worker.store import PageRow, ResultStore, SkipRow

@@ -8,9 +8,9 @@ from urllib.parse import quote
 
 import pytest
 
+from ops.management import HttpGet, api_url
 from shared import broker
 from shared.errors import ConfigError
-from shared.management import HttpGet, api_url
 from shared.settings import Settings
 from shared.topology import (
     MAX_MESSAGE_PRIORITY,

@@ -1,10 +1,10 @@
-"""python -m shared.crawl's command line: what reaches the producer, and mistakes caught early."""
+"""python -m ops.crawl's command line: what reaches the producer, and mistakes caught early."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.crawl import main, parse_args, producer_arguments
+from ops.crawl import main, parse_args, producer_arguments
 from shared.errors import ConfigError
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from shared.crawl_ports import describe, env_for, metrics_ports
+from ops.crawl_ports import describe, env_for, metrics_ports
 from shared.errors import ConfigError
 from shared.settings import Settings
 

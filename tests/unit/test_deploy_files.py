@@ -293,7 +293,7 @@ def service_modules_named_in(source: Path) -> set[str]:
 
 def modules_started_by_makefile(text: str) -> set[str]:
     """Service packages the Makefile starts: directly (`-m worker`) or through a launcher module
-    of this repository that it runs (`-m shared.crawl`). `-m` also runs tools (pytest, mypy) and
+    of this repository that it runs (`-m ops.crawl`). `-m` also runs tools (pytest, mypy) and
     selects pytest markers; those are not the project's and are left out."""
     named = set(re.findall(r"-m\s+([A-Za-z_][A-Za-z0-9_.]*)", text))
     started = named & APP_MODULES

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from ops.status import management_queues
+from ops.status_view import CLEAR_SCREEN, frame, render
 from shared.settings import Settings
-from shared.status import management_queues
-from shared.status_view import CLEAR_SCREEN, frame, render
 from shared.topology import queue_role
 
 pytestmark = pytest.mark.unit

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.crawl_processes import CrawlFailed, Processes, exit_text, last_line
+from ops.crawl_processes import CrawlFailed, Processes, exit_text, last_line
 from shared.supervision import RestartPolicy
 
 pytestmark = pytest.mark.unit
