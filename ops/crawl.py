@@ -15,17 +15,20 @@ site on loopback addresses and crawls that.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import redis
 
+from demo_site.runner import serve_demo_site
 from ops.accounting import Accounting, account
 from ops.crawl_ports import describe, env_for, metrics_ports
 from ops.crawl_processes import (
@@ -327,10 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--progress-every: must be more than 0 seconds")
     run_id = args.run_id or new_run_id("demo" if args.demo else "run")
     log_dir = Path(args.log_dir) / run_id
-    if not args.demo:
+    with served_demo_site(args.demo, settings, log_dir, env) as site_args:
         return run_crawl(
             settings,
-            producer_args,
+            [*site_args, *producer_args],
             args.workers,
             run_id,
             env,
@@ -339,26 +342,24 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout,
             progress_every_s=args.progress_every,
         )
-    from demo_site.runner import serve_demo_site
 
+
+@contextlib.contextmanager
+def served_demo_site(
+    demo: bool, settings: Settings, log_dir: Path, env: dict[str, str]
+) -> Iterator[list[str]]:
+    """With --demo, the bundled demo site served for the length of the crawl, and the producer
+    arguments that crawl it; otherwise nothing is served and no argument is added."""
+    if not demo:
+        yield []
+        return
     forget_cached_responses(settings)
-
     with serve_demo_site(log_dir, env) as site_root:
         print(
             f"demo site: serving {site_root} (and two more loopback hosts); "
             f"requests logged to {log_dir}/site-requests.jsonl"
         )
-        return run_crawl(
-            settings,
-            ["--site", site_root, *producer_args],
-            args.workers,
-            run_id,
-            env,
-            log_dir,
-            args.timeout,
-            sys.stdout,
-            progress_every_s=args.progress_every,
-        )
+        yield ["--site", site_root]
 
 
 def forget_cached_responses(settings: Settings) -> None:
