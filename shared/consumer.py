@@ -191,6 +191,8 @@ class ConsumerRuntime:
             if loss is not None:
                 error, loss = loss, None
                 raise error
+            if self.stop_event.is_set():  # the stop came during the pause: no connection, the run ends
+                return
             self._connect()
             self.reconnects += 1
             log.warning("%s reconnected to RabbitMQ (reconnect %d)", self.name, self.reconnects)
