@@ -33,11 +33,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
+
 from producer.background import Background
 from producer.recrawl import is_due
 from producer.routing import Router
 from producer.sitemaps import SitemapEntry
-from shared import metrics
+from shared import metrics, retrying
 from shared.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.messages import QUEUE_KINDS, TaskBodies
@@ -53,7 +55,7 @@ RETRY_PAUSE_S = 1.0
 # How long to wait for an unreachable RabbitMQ or Redis before giving up. The claims stay ours
 # meanwhile as long as the heartbeat reaches Redis (producer/liveness.py).
 RECONNECT_PATIENCE_S = 240.0
-MAX_RECONNECT_PAUSE_S = 15.0
+MAX_RECONNECT_PAUSE_S = retrying.MAX_PAUSE_S
 BATCHES_IN_FLIGHT = 8
 # URLs claimed, and later marked seen, in one Redis call, however small the publish batches:
 # each call costs the thread making it two turns at the interpreter lock, up to 5 ms each while
@@ -398,25 +400,45 @@ class Pipeline:
         return queue, publication
 
     def _complete(self, item: _InFlight) -> None:
-        outcomes = item.outcomes.wait()
-        failed = [i for i, ok in enumerate(outcomes) if not ok]
-        for attempt in range(2, PUBLISH_ATTEMPTS + 1):
-            if not failed:
-                break
-            log.warning(
-                "%d publishes not confirmed: attempt %d of %d", len(failed), attempt, PUBLISH_ATTEMPTS
-            )
-            self._sleep(RETRY_PAUSE_S)
-            again = [item.publications[i] for i in failed]
-            try:
-                retried = self._patiently(
-                    "re-publishing", functools.partial(self._publisher.publish_batch, again)
-                )
-            except ServiceUnavailable as exc:
-                log.error("cannot retry publishes: %s", exc)
-                break
-            failed = [i for i, ok in zip(failed, retried, strict=True) if not ok]
+        failed = [i for i, ok in enumerate(item.outcomes.wait()) if not ok]
+        try:
+            for attempt in self._publish_attempts():
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:  # the first is the batch's own publish
+                        failed = self._publish_again(item, failed)
+                outcome = attempt.retry_state.outcome
+                if outcome is not None and not outcome.failed:
+                    attempt.retry_state.set_result(failed)  # what decides whether to try again
+        except ServiceUnavailable as exc:
+            log.error("cannot retry publishes: %s", exc)
         self._settle(item, set(failed))
+
+    def _publish_again(self, item: _InFlight, failed: list[int]) -> list[int]:
+        """Publish the batch's `failed` publications again; returns those still not confirmed."""
+        again = [item.publications[i] for i in failed]
+        retried = self._patiently("re-publishing", functools.partial(self._publisher.publish_batch, again))
+        return [i for i, ok in zip(failed, retried, strict=True) if not ok]
+
+    def _publish_attempts(self) -> Retrying:
+        """Up to PUBLISH_ATTEMPTS tries, RETRY_PAUSE_S apart, while some publishes of a batch are
+        not confirmed (each try's result: the indexes of those); then the rest are given up."""
+
+        def before_retry(state: RetryCallState) -> None:
+            assert state.outcome is not None
+            unconfirmed = len(state.outcome.result())
+            next_attempt = state.attempt_number + 1
+            log.warning(
+                "%d publishes not confirmed: attempt %d of %d", unconfirmed, next_attempt, PUBLISH_ATTEMPTS
+            )
+
+        return Retrying(
+            retry=retry_if_result(bool),
+            stop=stop_after_attempt(PUBLISH_ATTEMPTS),
+            wait=wait_fixed(RETRY_PAUSE_S),
+            sleep=retrying.sleeping_with(self._sleep),
+            before_sleep=before_retry,
+            retry_error_callback=lambda _state: None,  # what is still unconfirmed is settled as failed
+        )
 
     def _settle(self, item: _InFlight, failed: set[int]) -> None:
         confirmed = [i for i in range(len(item.queues)) if i not in failed]
@@ -473,18 +495,17 @@ class Pipeline:
     def _patiently(self, what: str, call: Callable[[], T]) -> T:
         """`call()`, tried again with a growing pause while RabbitMQ or Redis is unreachable.
         Raises its ServiceUnavailable once patience runs out, or at once after a stop request."""
-        deadline = self._clock() + self._patience_s
-        pause = RETRY_PAUSE_S
-        while True:
-            try:
-                return call()
-            except ServiceUnavailable as exc:
-                if self._gave_up or self._should_stop() or self._clock() + pause > deadline:
-                    self._gave_up = True
-                    raise
-                log.warning("%s: %s; trying again in %.0f s", what, exc, pause)
-                self._sleep(pause)
-                pause = min(pause * 2, MAX_RECONNECT_PAUSE_S)
+        next_pause_too_late = retrying.stop_before(self._clock() + self._patience_s, self._clock)
+
+        def give_up(state: RetryCallState) -> bool:
+            if self._gave_up or self._should_stop() or next_pause_too_late(state):
+                self._gave_up = True  # later calls fail at once
+            return self._gave_up
+
+        def on_pause(error: BaseException, pause_s: float) -> None:
+            log.warning("%s: %s; trying again in %.0f s", what, error, pause_s)
+
+        return retrying.patiently(ServiceUnavailable, give_up, self._sleep, on_pause)(call)
 
     def _log_progress(self, what: str) -> None:
         counts = self.counts

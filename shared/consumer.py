@@ -32,7 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import broker, metrics
+from tenacity import Retrying, stop_when_event_set
+
+from shared import broker, metrics, retrying
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from shared.signals import off_the_handler
@@ -40,7 +42,6 @@ from shared.topology import build_topology
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF_S = 15.0
 # A stopping service waits at most this long for in-flight messages; the rest go back to their
 # queue. Keeps the whole stop under the 30 s that supervisors usually allow before SIGKILL.
 MAX_DRAIN_S = 25.0
@@ -155,36 +156,54 @@ class ConsumerRuntime:
         ]
         for thread in threads:
             thread.start()
-        backoff = 1.0
-        ever_connected = False
-        while not self.stop_event.is_set():
+        if not self.stop_event.is_set():
             try:
                 self._connect()
-                if ever_connected:
-                    self.reconnects += 1
-                    log.warning("%s reconnected to RabbitMQ (reconnect %d)", self.name, self.reconnects)
-                ever_connected = True
-                backoff = 1.0
+            except RECOVERABLE as exc:  # never connected: a setting is wrong, or the broker is not up
+                self.stop_event.set()
+                raise (
+                    exc if isinstance(exc, ServiceUnavailable) else broker.unavailable(self.settings, exc)
+                ) from None
+        while self._connection is not None:  # None once lost and the stop came before a reconnect
+            try:
                 while not self.stop_event.is_set():
                     self._connection.process_data_events(time_limit=POLL_S)
                     self._settle_waiting()
                 self._drain()
+                break
             except RECOVERABLE as exc:
-                if not ever_connected:
-                    self.stop_event.set()
-                    raise (
-                        exc if isinstance(exc, ServiceUnavailable) else broker.unavailable(self.settings, exc)
-                    ) from None
                 self._forget_connection()
-                log.warning(
-                    "%s lost RabbitMQ (%s); reconnecting in %.0fs", self.name, _one_line(exc), backoff
-                )
-                self.stop_event.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                self._reconnect(exc)
         self._forget_connection()
         for thread in threads:
             thread.join(timeout=self.settings.fetch_deadline_s + 5)
         return 0
+
+    def _reconnect(self, lost: BaseException) -> None:
+        """Connect again after `lost` ended the connection, with growing pauses, until connected
+        or stopped. The pauses start again from the first after each connection made."""
+        # tenacity pauses after a failed attempt, and a pause must come before the first
+        # reconnect too: the loss itself is taken as the first failed attempt.
+        loss: BaseException | None = lost
+
+        def connect() -> None:
+            nonlocal loss
+            if loss is not None:
+                error, loss = loss, None
+                raise error
+            if self.stop_event.is_set():  # the stop came during the pause: no connection, the run ends
+                return
+            self._connect()
+            self.reconnects += 1
+            log.warning("%s reconnected to RabbitMQ (reconnect %d)", self.name, self.reconnects)
+
+        def on_pause(error: BaseException, pause_s: float) -> None:
+            log.warning("%s lost RabbitMQ (%s); reconnecting in %.0fs", self.name, _one_line(error), pause_s)
+
+        with contextlib.suppress(*RECOVERABLE):  # only once stopped: the run ends
+            retrying.patiently(
+                RECOVERABLE, stop_when_event_set(self.stop_event), self.stop_event.wait, on_pause
+            )(connect)
 
     def _connect(self) -> None:
         connection = broker.connect(self.settings, f"{self.name} {self.settings.worker_id}")
@@ -325,22 +344,29 @@ class ConsumerRuntime:
             log.warning("%s could not finish its idle work: %s", self.name, _one_line(exc))
 
     def _handle(self, delivery: Delivery) -> Outcome:
-        backoff = 1.0
-        while True:
-            try:
-                return self.handler(delivery)
-            except ServiceUnavailable as exc:
-                if self.stop_event.is_set():
-                    return Outcome.reject(requeue=True)
-                log.warning("%s paused: %s; trying again in %.0fs", self.name, exc, backoff)
-                self.stop_event.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
-            except Exception:
-                # A bug, or input nobody foresaw. Dead-letter it rather than crash-loop on it.
-                log.exception(
-                    "%s handler failed on a message from %s; dead-lettering it", self.name, delivery.queue
-                )
-                return Outcome.reject(requeue=False)
+        try:
+            return self._handling(self.handler, delivery)
+        except ServiceUnavailable:  # still unavailable when the stop came
+            return Outcome.reject(requeue=True)
+        except Exception:
+            # A bug, or input nobody foresaw. Dead-letter it rather than crash-loop on it.
+            log.exception(
+                "%s handler failed on a message from %s; dead-lettering it", self.name, delivery.queue
+            )
+            return Outcome.reject(requeue=False)
+
+    @functools.cached_property
+    def _handling(self) -> Retrying:
+        """Calls the handler again while what it needs is unavailable, until the stop. Made once
+        and shared by the handler threads (tenacity keeps each thread's state apart): one per
+        message would cost more than the call itself."""
+
+        def on_pause(error: BaseException, pause_s: float) -> None:
+            log.warning("%s paused: %s; trying again in %.0fs", self.name, error, pause_s)
+
+        return retrying.patiently(
+            ServiceUnavailable, stop_when_event_set(self.stop_event), self.stop_event.wait, on_pause
+        )
 
     def _hand_back_settled(self, item: _Item, settled: concurrent.futures.Future[Outcome]) -> None:
         """On the thread that resolved `settled`."""

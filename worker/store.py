@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shared import db
+from shared import db, retrying
 from shared.errors import ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
 
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 BATCH_ROWS = 200
 BATCH_WAIT_S = 0.02  # how long the writer waits for more rows before it commits what it has
 PATIENCE_S = 120.0  # how long a batch waits for an unreachable PostgreSQL before it fails
-MAX_RETRY_PAUSE_S = 15.0
 
 UPSERT_PAGE = """
 INSERT INTO pages (run_id, url, final_url, http_status, content_type, title, meta_description,
@@ -260,22 +259,31 @@ class ResultStore:
                 return
 
     def _write(self, batch: list[_Pending]) -> None:
-        waited_s, pause_s = 0.0, 1.0
-        while batch:
+        unfinished = batch  # what an outage left of the batch: the next try starts from there
+
+        def commit() -> None:
+            nonlocal unfinished
             try:
-                self._commit_isolating(batch)
-                return
+                self._commit_isolating(unfinished)
             except _Interrupted as outage:
-                batch = outage.unfinished
-                if waited_s >= self.patience_s:
-                    self._finish(batch, outage.error)
-                    return
-                log.warning(
-                    "cannot store %d rows yet (%s); trying again in %.0fs", len(batch), outage.error, pause_s
-                )
-                self._sleep(pause_s)
-                waited_s += pause_s
-                pause_s = min(pause_s * 2, MAX_RETRY_PAUSE_S)
+                unfinished = outage.unfinished
+                raise
+
+        def on_pause(outage: BaseException, pause_s: float) -> None:
+            assert isinstance(outage, _Interrupted)
+            log.warning(
+                "cannot store %d rows yet (%s); trying again in %.0fs",
+                len(outage.unfinished),
+                outage.error,
+                pause_s,
+            )
+
+        try:
+            retrying.patiently(
+                _Interrupted, retrying.stop_after_pausing(self.patience_s), self._sleep, on_pause
+            )(commit)
+        except _Interrupted as outage:
+            self._finish(outage.unfinished, outage.error)
 
     def _commit_isolating(self, batch: list[_Pending]) -> None:
         """Commit `batch`; a part refused for its data is split in halves until each refused row
