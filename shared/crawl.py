@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-import redis
-
 from shared import db
 from shared.accounting import Accounting, account
 from shared.cli import configure_logging, run_main
@@ -42,6 +40,7 @@ from shared.crawl_processes import (
 from shared.errors import ConfigError
 from shared.keys import Keys
 from shared.progress import EVERY_S, ProgressDisplay, Rate, Snapshot, live_detail, periodic_line
+from shared.redis_client import OPERATOR, connect_redis
 from shared.redis_errors import translate_redis_errors
 from shared.run_watch import WATCH_ERRORS, RunWatch
 from shared.runstate import CANCELLED, PAUSED
@@ -362,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def forget_cached_responses(settings: Settings) -> None:
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5)
+    client = connect_redis(settings, OPERATOR)
     try:
         with translate_redis_errors(settings.redis_url):
             keys = list(client.scan_iter(Keys(settings.redis_prefix).cache("*"), count=1000))

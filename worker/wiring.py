@@ -14,7 +14,7 @@ from shared import metrics
 from shared.errors import TaskError
 from shared.keys import Keys
 from shared.netguard import check_url, guarded_session
-from shared.redis_errors import translate_redis_errors
+from shared.redis_client import WORKER, connect_redis
 from shared.runstate import RunStates
 from shared.settings import Settings
 from shared.topology import build_topology
@@ -49,13 +49,10 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
         ctypes.CDLL(None).mallopt(M_ARENA_MAX, arenas)
 
 
-def connect_redis(settings: Settings) -> redis.Redis:
-    client = DeferringRedis.from_url(
-        settings.redis_url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=10
-    )
-    with translate_redis_errors(settings.redis_url):
-        client.ping()
-    return client
+def connect_worker_redis(settings: Settings) -> redis.Redis:
+    """The worker's one client, shared by its handler threads: a DeferringRedis, so writes
+    nothing waits for ride along with a thread's next command (worker/deferred_writes.py)."""
+    return connect_redis(settings, WORKER, client_class=DeferringRedis, ping=True)
 
 
 def to_response(result: FetchResult, proxy: Proxy | None) -> Response:

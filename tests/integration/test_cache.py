@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from worker.cache import CachedResponse, ResponseCache
 from worker.fetch import FetchResult
@@ -35,7 +36,7 @@ PAGE = FetchResult(
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:
-    made = redis.Redis.from_url(settings.redis_url)
+    made = connect_redis(settings, OPERATOR)
     yield made
     made.close()
 

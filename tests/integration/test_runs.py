@@ -16,6 +16,7 @@ from shared.accounting import account
 from shared.consumer import Delivery
 from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
+from shared.redis_client import OPERATOR, connect_redis
 from shared.runs import cancel, held_count, pause, resume
 from shared.runstate import held_exchange, held_queue, read_state
 from shared.settings import Settings
@@ -30,7 +31,7 @@ RUN = "it-runs"
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:
-    made = redis.Redis.from_url(settings.redis_url)
+    made = connect_redis(settings, OPERATOR)
     made.hset(Keys(settings.redis_prefix).run_stats(RUN), "enqueued.bulk", 3)
     yield made
     made.close()
