@@ -221,7 +221,7 @@ def test_a_hold_with_no_queue_bound_goes_to_a_defer_queue_and_the_channel_stays_
     handler = CrawlHandler(
         settings=settings,
         topology=topology,
-        fetch_for_thread=lambda: None,  # type: ignore[arg-type,return-value]
+        fetch=None,  # type: ignore[arg-type]
         cache=None,  # type: ignore[arg-type]
         gate=None,  # type: ignore[arg-type]
         robots=None,  # type: ignore[arg-type]
