@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from bench.site import Hit, LoggedSite, most_in_any_window, pages_route
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 
 STOP_TIMEOUT_S = 40.0
@@ -218,9 +219,7 @@ def cleanup(settings: Settings) -> None:
             channel.exchange_delete(exchange.name)
         connection.close()
     with contextlib.suppress(Exception):
-        import redis
-
-        client = redis.Redis.from_url(settings.redis_url)
+        client = connect_redis(settings, OPERATOR)
         keys = list(client.scan_iter(f"{settings.redis_prefix}:*", count=1000))
         for start in range(0, len(keys), 500):
             client.delete(*keys[start : start + 500])

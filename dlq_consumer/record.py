@@ -59,6 +59,9 @@ class ReceivedMessage(Protocol):
 
 @dataclass(frozen=True)
 class DeadLetterRecord:
+    """One dead letter, as made from a message (record_from_delivery) and as read back from the
+    dead_letters table (dlq_consumer/store.py), which also fills the fields after body_sha256."""
+
     run_id: str
     url: str
     reason: str
@@ -70,9 +73,36 @@ class DeadLetterRecord:
     worker_id: str
     body: bytes
     x_death: list[Any] | None  # JSON-safe copy of the broker's header
-    first_failed_at: float | None  # epoch seconds, from our headers when the worker set it
-    body_bytes: int = 0  # of the whole body, which `body` may be an excerpt of
-    body_sha256: str = ""
+    first_failed_at: dt.datetime | None  # from our headers when the worker set it; else stored as now
+    # Of the whole body, which `body` may be an excerpt of; None in rows stored before the
+    # dead_letters table had these columns.
+    body_bytes: int | None = 0
+    body_sha256: str | None = ""
+    id: int = 0  # 0 until stored
+    last_failed_at: dt.datetime | None = None
+    state: str = "dead"  # dead | replayed
+    replayed_at: dt.datetime | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The row as JSON-safe data, without the body (which replay uses, and people rarely)."""
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "url": self.url,
+            "reason": self.reason,
+            "last_error": self.last_error,
+            "http_status": self.http_status,
+            "attempts": self.attempts,
+            "replays": self.replays,
+            "origin_queue": self.origin_queue,
+            "worker_id": self.worker_id,
+            "body_bytes": len(self.body),  # as stored: an excerpt's, for a message cut short
+            "x_death": self.x_death,
+            "first_failed_at": _iso(self.first_failed_at),
+            "last_failed_at": _iso(self.last_failed_at),
+            "state": self.state,
+            "replayed_at": _iso(self.replayed_at),
+        }
 
 
 def record_from_delivery(message: ReceivedMessage, namespace: str) -> DeadLetterRecord:
@@ -124,7 +154,7 @@ def record_from_delivery(message: ReceivedMessage, namespace: str) -> DeadLetter
         worker_id=_clean(failure.worker_id if failure else ""),
         body=body,
         x_death=[json_safe(d) for d in deaths[:MAX_X_DEATH_ENTRIES]] if deaths else None,
-        first_failed_at=progress.first_failure_at,
+        first_failed_at=_as_time(progress.first_failure_at),
         body_bytes=body_bytes,
         body_sha256=body_sha256,
     )
@@ -213,6 +243,15 @@ def json_safe(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float):
         return value
     return _clean(str(value)[:MAX_ERROR_CHARS])
+
+
+def _as_time(epoch_s: float | None) -> dt.datetime | None:
+    # Progress bounds it (shared/message_bounds.py), so it is always a datetime.
+    return None if epoch_s is None else dt.datetime.fromtimestamp(epoch_s, dt.UTC)
+
+
+def _iso(moment: dt.datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
 
 
 def _as_text(value: Any) -> str:

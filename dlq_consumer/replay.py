@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dlq_consumer import store
+from dlq_consumer.record import DeadLetterRecord
 from shared.broker import Publication
 from shared.errors import DecodeError
 from shared.messages import CrawlTask, Progress
@@ -26,7 +27,7 @@ class ReplayResult:
     skipped: int  # rows whose body is not a task: there is no queue to send them to
 
 
-def replay_publication(row: store.DeadLetterRow, namespace: str) -> Publication | None:
+def replay_publication(row: DeadLetterRecord, namespace: str) -> Publication | None:
     """The message that gives this URL a fresh set of attempts; None if its body is not a task."""
     try:
         task = CrawlTask.decode(row.body)

@@ -6,7 +6,6 @@ that dies again turns its row back to 'dead' instead of adding a second one.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,7 +27,7 @@ INSERT INTO dead_letters (run_id, url, reason, last_error, http_status, attempts
                           body_sha256)
 SELECT %(run_id)s, %(url)s, %(reason)s, %(last_error)s, %(http_status)s, %(attempts)s,
        %(replays)s, %(origin_queue)s, %(worker_id)s, %(body)s, %(x_death)s,
-       COALESCE(to_timestamp(%(first_failed_at)s::double precision), now()), %(body_bytes)s,
+       COALESCE(%(first_failed_at)s::timestamptz, now()), %(body_bytes)s,
        %(body_sha256)s
 -- A stored page wins: a stale copy of a URL the run already stored (a redelivery, a copy that
 -- crossed a crash) is not recorded as dead, so every URL keeps exactly one outcome.
@@ -46,7 +45,7 @@ ON CONFLICT (run_id, url) DO UPDATE SET
 """
 
 COLUMNS = """id, run_id, url, reason, last_error, http_status, attempts, replays, origin_queue,
-worker_id, body, x_death, first_failed_at, last_failed_at, state, replayed_at"""
+worker_id, body, x_death, first_failed_at, last_failed_at, state, replayed_at, body_bytes, body_sha256"""
 
 # Locks the row until the caller's transaction ends: a second replay skips it, and a new failure
 # of the same URL waits, so it cannot be overwritten by 'replayed' after it was recorded.
@@ -84,47 +83,6 @@ class Selection:
         return sql.SQL(" AND ").join(clauses), params
 
 
-@dataclass(frozen=True)
-class DeadLetterRow:
-    id: int
-    run_id: str
-    url: str
-    reason: str
-    last_error: str
-    http_status: int | None
-    attempts: int
-    replays: int
-    origin_queue: str
-    worker_id: str
-    body: bytes
-    x_death: Any
-    first_failed_at: dt.datetime
-    last_failed_at: dt.datetime
-    state: str
-    replayed_at: dt.datetime | None
-
-    def summary(self) -> dict[str, Any]:
-        """The row as JSON-safe data, without the body (which replay uses, and people rarely)."""
-        return {
-            "id": self.id,
-            "run_id": self.run_id,
-            "url": self.url,
-            "reason": self.reason,
-            "last_error": self.last_error,
-            "http_status": self.http_status,
-            "attempts": self.attempts,
-            "replays": self.replays,
-            "origin_queue": self.origin_queue,
-            "worker_id": self.worker_id,
-            "body_bytes": len(self.body),
-            "x_death": self.x_death,
-            "first_failed_at": self.first_failed_at.isoformat(),
-            "last_failed_at": self.last_failed_at.isoformat(),
-            "state": self.state,
-            "replayed_at": self.replayed_at.isoformat() if self.replayed_at else None,
-        }
-
-
 def upsert(conn: Connection, record: DeadLetterRecord) -> None:
     """Insert or rewrite the row of this URL; the caller commits."""
     conn.execute(
@@ -148,13 +106,13 @@ def upsert(conn: Connection, record: DeadLetterRecord) -> None:
     )
 
 
-def select_rows(conn: Connection, selection: Selection) -> list[DeadLetterRow]:
+def select_rows(conn: Connection, selection: Selection) -> list[DeadLetterRecord]:
     """The selected rows, newest first, so a limit keeps the latest failures."""
     where, params = selection.where()
     query = sql.SQL("SELECT {} FROM dead_letters WHERE {} ORDER BY id DESC").format(sql.SQL(COLUMNS), where)
     if selection.limit is not None:
         query = sql.SQL("{} LIMIT {}").format(query, sql.Literal(selection.limit))
-    with conn.cursor(row_factory=class_row(DeadLetterRow)) as cur:
+    with conn.cursor(row_factory=class_row(DeadLetterRecord)) as cur:
         return cur.execute(query, params).fetchall()
 
 
@@ -172,11 +130,11 @@ def delete(conn: Connection, selection: Selection) -> int:
     return cur.rowcount
 
 
-def lock_next_dead(conn: Connection, selection: Selection, after_id: int) -> DeadLetterRow | None:
+def lock_next_dead(conn: Connection, selection: Selection, after_id: int) -> DeadLetterRecord | None:
     """The next selected dead row after `after_id`, locked until the transaction ends."""
     where, params = Selection(selection.run_id, selection.reason, "dead").where()
     query = sql.SQL(LOCK_NEXT_DEAD).format(where=where)
-    with conn.cursor(row_factory=class_row(DeadLetterRow)) as cur:
+    with conn.cursor(row_factory=class_row(DeadLetterRecord)) as cur:
         return cur.execute(query, {**params, "after_id": after_id}).fetchone()
 
 

@@ -26,8 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import redis
-
 from demo_site.runner import serve_demo_site
 from ops.accounting import Accounting, account
 from ops.crawl_ports import describe, env_for, metrics_ports
@@ -46,6 +44,7 @@ from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
 from shared.keys import Keys
 from shared.progress import EVERY_S, ProgressDisplay, Rate, Snapshot, live_detail, periodic_line
+from shared.redis_client import OPERATOR, connect_redis
 from shared.redis_errors import translate_redis_errors
 from shared.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
@@ -363,7 +362,7 @@ def served_demo_site(
 
 
 def forget_cached_responses(settings: Settings) -> None:
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5)
+    client = connect_redis(settings, OPERATOR)
     try:
         with translate_redis_errors(settings.redis_url):
             keys = list(client.scan_iter(Keys(settings.redis_prefix).cache("*"), count=1000))

@@ -22,14 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from shared.errors import PipelineError
 from shared.supervision import RestartPolicy
 
 STOP_TIMEOUT_S = 30.0
 _TAIL_BYTES = 4096
 
 
-class CrawlFailed(Exception):
-    pass
+class CrawlFailed(PipelineError):
+    """The crawl cannot finish: a service keeps dying, the run timed out, a backing service
+    stayed away too long. `str()` is the one line shown."""
 
 
 class Terminated(KeyboardInterrupt):

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from typing import IO
 
 import psycopg
-import redis
 
 from ops.accounting import Accounting, Tally, account
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 
@@ -28,7 +28,7 @@ POLL_S = 2.0
 
 
 def producer_counters(settings: Settings, run_id: str) -> dict[str, int]:
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=10)
+    client = connect_redis(settings, OPERATOR)
     try:
         with translate_redis_errors(settings.redis_url):
             raw: dict[bytes, bytes] = client.hgetall(Keys(settings.redis_prefix).run_stats(run_id))  # type: ignore[assignment]

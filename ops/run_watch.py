@@ -28,6 +28,7 @@ from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS
 from shared.progress import Snapshot
+from shared.redis_client import OPERATOR, connect_redis
 from shared.runstate import read_state, recorded_enqueued
 from shared.settings import Settings
 from shared.topology import build_topology
@@ -53,7 +54,7 @@ class RunWatch:
         self._settings = settings
         self._run_id = run_id
         self._keys = Keys(settings.redis_prefix)
-        self._redis = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+        self._redis = connect_redis(settings, OPERATOR)
         self._tally = Tally(settings, run_id)
         self._connection: pika.BlockingConnection | None = None
         self._queues = build_topology(settings).work_queues()

@@ -35,6 +35,7 @@ from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError, DecodeError
 from shared.keys import Keys
 from shared.messages import CrawlTask
+from shared.redis_client import OPERATOR, connect_redis
 from shared.redis_errors import translate_redis_errors
 from shared.runstate import (
     CANCELLED,
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
     args = parse_args(argv)
     settings = Settings.from_env()
     configure_logging(settings.log_level, "runs", settings.log_format)
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    client = connect_redis(settings, OPERATOR)
     keys = Keys(settings.redis_prefix)
     try:
         if args.command == "list":

@@ -42,8 +42,10 @@ from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS
 from shared.presence import live_workers
+from shared.redis_client import GLANCE, connect_redis
+from shared.redis_errors import translate_redis_errors
 from shared.runstate import held_queue
-from shared.settings import Settings, redact
+from shared.settings import Settings
 from shared.topology import (
     DEAD,
     PARKED,
@@ -56,7 +58,6 @@ from shared.topology import (
 
 __all__ = ["CLEAR_SCREEN", "gather", "main", "render"]
 
-REDIS_TIMEOUT_S = 3.0
 RECENT_RUNS = 10
 WATCH_INTERVAL_S = 2.0
 STOP_CHECK_S = 0.1  # how soon a watch notices Ctrl-C between redraws
@@ -225,22 +226,21 @@ def running_workers(
 def add_redis_figures(settings: Settings, report: dict[str, Any], run_id: str | None) -> None:
     """The run's counters and the running workers. Without Redis a run's view fails (its
     counters were asked for); the overview goes on without the workers."""
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
-    )
+    client = connect_redis(settings, GLANCE)
     activity = report.get("activity")
     pages = activity["pages_by_worker"] if activity else {}
     try:
-        prefixes = [settings.redis_prefix]
+        with translate_redis_errors(settings.redis_url):
+            prefixes = [settings.redis_prefix]
+            if run_id is not None:
+                prefix = run_prefix(client, settings, run_id)
+                report["run"]["redis_prefix"] = prefix
+                report["run"]["counters"] = run_counters(client, prefix, run_id) if prefix else {}
+                prefixes += [prefix] if prefix else []
+            report["workers"] = running_workers(client, prefixes, pages)
+    except ServiceUnavailable:
         if run_id is not None:
-            prefix = run_prefix(client, settings, run_id)
-            report["run"]["redis_prefix"] = prefix
-            report["run"]["counters"] = run_counters(client, prefix, run_id) if prefix else {}
-            prefixes += [prefix] if prefix else []
-        report["workers"] = running_workers(client, prefixes, pages)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        if run_id is not None:
-            raise ServiceUnavailable("Redis", redact(settings.redis_url), str(exc) or "no answer") from None
+            raise
         report["workers"] = None
     finally:
         client.close()

@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 
 import psycopg
-import redis
 from psycopg import sql
 
 from shared import broker
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from shared.topology import build_topology
 
@@ -29,7 +29,7 @@ def remove_pipeline(settings: Settings) -> None:
             channel.exchange_delete(exchange.name)
         connection.close()
     with contextlib.suppress(Exception):
-        client = redis.Redis.from_url(settings.redis_url)
+        client = connect_redis(settings, OPERATOR)
         keys = list(client.scan_iter(Keys(settings.redis_prefix).all_pattern(), count=1000))
         for start in range(0, len(keys), 500):
             client.delete(*keys[start : start + 500])

@@ -26,21 +26,17 @@ the second copy from being fetched or counted again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import redis
 import redis.exceptions
 
-from shared.errors import ServiceUnavailable
 from shared.keys import Keys
-from shared.settings import Settings, redact
 
 log = logging.getLogger(__name__)
 
-START_HINT = "start it with: redis-server --daemonize yes"
 # A producer is dead once its heartbeat key is this old. Far longer than a pause between two
 # beats (producer/liveness.py beats every second); short, because a re-run right after a crash
 # waits this long at most for the dead producer's claims.
@@ -144,28 +140,6 @@ BUCKET_BYTES = 2  # of a fingerprint, naming its hash; the rest is the field
 def split_fingerprint(fp: bytes) -> tuple[str, bytes]:
     """(bucket as 4 hex digits, field): the first 2 bytes pick one of 65,536 hashes."""
     return fp[:BUCKET_BYTES].hex(), fp[BUCKET_BYTES:]
-
-
-@contextlib.contextmanager
-def redis_errors(settings: Settings) -> Iterator[None]:
-    """Redis connection trouble becomes ServiceUnavailable, with the address and a hint."""
-    try:
-        yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        detail = (str(exc) or exc.__class__.__name__).splitlines()[0]
-        raise ServiceUnavailable("Redis", redact(settings.redis_url), detail, START_HINT) from None
-
-
-def connect_redis(settings: Settings) -> redis.Redis:
-    """A client for binary fields (no decoding), checked with a PING."""
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=30, socket_connect_timeout=5)
-    with redis_errors(settings):
-        try:
-            client.ping()
-        except BaseException:
-            client.close()
-            raise
-    return client
 
 
 class Claim:

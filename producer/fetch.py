@@ -25,7 +25,7 @@ import requests
 import urllib3.exceptions
 
 from shared.deadline import fetch_deadline
-from shared.errors import TaskError
+from shared.errors import PipelineError, TaskError
 from shared.netguard import guarded_session
 from shared.settings import Settings
 from worker.politeness import TryLater
@@ -40,7 +40,7 @@ MAX_CONTENT_CODINGS = 2  # gzip over gzip is as far as honest servers go
 _ZLIB_ANY_HEADER = 32 + zlib.MAX_WBITS  # a gzip or a zlib header, whichever the data has
 
 
-class FetchFailed(Exception):
+class FetchFailed(PipelineError):
     """A sitemap or robots.txt could not be had; `str()` is a one-line reason."""
 
     def __init__(self, reason: str, http_status: int | None = None) -> None:

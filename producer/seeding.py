@@ -18,16 +18,17 @@ import json
 import time
 from typing import Any
 
-from producer.dedup import connect_redis, redis_errors
 from shared.keys import Keys
+from shared.redis_client import PRODUCER, connect_redis
+from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 
 
 def seeded_summary(settings: Settings, run_id: str) -> dict[str, Any] | None:
     """The summary a completed seeding of `run_id` left, or None when it has not completed."""
-    client = connect_redis(settings)
+    client = connect_redis(settings, PRODUCER, ping=True)
     try:
-        with redis_errors(settings):
+        with translate_redis_errors(settings.redis_url):
             raw = client.get(Keys(settings.redis_prefix).run_seeded(run_id))
     finally:
         client.close()
@@ -39,9 +40,9 @@ def seeded_summary(settings: Settings, run_id: str) -> dict[str, Any] | None:
 
 def mark_seeded(settings: Settings, run_id: str, summary: dict[str, Any]) -> None:
     record = {**summary, "seeded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    client = connect_redis(settings)
+    client = connect_redis(settings, PRODUCER, ping=True)
     try:
-        with redis_errors(settings):
+        with translate_redis_errors(settings.redis_url):
             client.set(Keys(settings.redis_prefix).run_seeded(run_id), json.dumps(record))
     finally:
         client.close()

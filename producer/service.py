@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.dedup import Claim, Dedup, connect_redis, redis_errors
+from producer.dedup import Claim, Dedup
 from producer.fetch import Fetch, HttpFetcher
 from producer.liveness import Heartbeat
 from producer.pipeline import Counts, Pipeline
@@ -28,6 +28,8 @@ from shared import broker
 from shared.errors import ConfigError
 from shared.keys import Keys
 from shared.message_bounds import RUN_ID_PATTERN
+from shared.redis_client import PRODUCER, connect_redis
+from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 from shared.signals import stop_signals_call
 from shared.topology import build_topology
@@ -93,7 +95,7 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
     finally:
         connection.close()
 
-    client = connect_redis(settings)
+    client = connect_redis(settings, PRODUCER, ping=True)
     # Sitemaps and robots.txt go out through the same proxies as the workers' requests.
     fetcher = HttpFetcher(settings, proxies=ProxyPool.from_settings(settings, client))
     stop = threading.Event()
@@ -102,7 +104,11 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
     dedup = Dedup(client, Keys(settings.redis_prefix), options.run_id)
     try:
-        with redis_errors(settings), Heartbeat(dedup), ConfirmingPublisher(settings) as publisher:
+        with (
+            translate_redis_errors(settings.redis_url),
+            Heartbeat(dedup),
+            ConfirmingPublisher(settings) as publisher,
+        ):
             publisher.start()
             log.info("run %s: publishing; routing rules from %s", options.run_id, router.source)
             pipeline = Pipeline(
@@ -148,15 +154,15 @@ class DedupOverRedis:
         self._settings = settings
 
     def claim(self, fingerprints: Sequence[bytes]) -> Claim:
-        with redis_errors(self._settings):
+        with translate_redis_errors(self._settings.redis_url):
             return self._dedup.claim(fingerprints)
 
     def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None:
-        with redis_errors(self._settings):
+        with translate_redis_errors(self._settings.redis_url):
             self._dedup.confirm(fingerprints, counters)
 
     def release(self, fingerprints: Sequence[bytes], token: bytes) -> int:
-        with redis_errors(self._settings):
+        with translate_redis_errors(self._settings.redis_url):
             return self._dedup.release(fingerprints, token)
 
 

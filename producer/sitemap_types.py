@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
+from shared.errors import PipelineError
+
 
 @dataclass(slots=True)  # not frozen: made for every URL read, and frozen ones build slowly
 class SitemapEntry:
@@ -31,7 +33,7 @@ class SitemapFailure:
     error: str
 
 
-class SitemapError(Exception):
+class SitemapError(PipelineError):
     """Why one sitemap document cannot be (fully) read; `str()` is one line."""
 
 

@@ -17,7 +17,7 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from shared.errors import ConfigError, ServiceUnavailable
+from shared.errors import ConfigError, PipelineError, ServiceUnavailable
 from shared.settings import Settings, redact
 from shared.topology import Topology
 
@@ -150,7 +150,7 @@ def publish(channel: BlockingChannel, publication: Publication) -> None:
 UNPUBLISHABLE: tuple[type[BaseException], ...] = (pika.exceptions.UnsupportedAMQPFieldException, TypeError)
 
 
-class PublishFailed(Exception):
+class PublishFailed(PipelineError):
     """The broker nacked or could not route a message. The caller keeps its original."""
 
 

@@ -11,6 +11,21 @@
             ├── UnstorableRow  PostgreSQL refused a row for its data (too long, out of range)
             └── BlockedAddress a URL whose host is, or resolves to, an address we must not reach
 
+Raised and caught inside one part of the pipeline, never charged to a URL on their own:
+
+    PipelineError
+    ├── TryLater            worker: the domain cannot take the URL now; deferred, not failed
+    ├── ParseLimitExceeded  worker: a page went past its parse budget (becomes 'parse_limit')
+    ├── FetchFailed         producer: a sitemap or robots.txt could not be had
+    ├── SitemapError        producer: a sitemap document cannot be (fully) read
+    ├── PublishFailed       the broker nacked or could not route a message
+    └── CrawlFailed         `crawl`: the run cannot finish (one line, exit 1)
+
+TaskError's subclasses Throttled (worker/politeness.py), ProxyFailed (worker/proxies.py) and
+InvalidURL (shared/urls.py) live beside the code that raises them. The one class outside this
+tree is crawl_processes.Terminated, a KeyboardInterrupt on purpose: SIGTERM must unwind a crawl
+as Ctrl-C does, past every `except Exception`.
+
 Library errors (requests, pika, psycopg, redis) are translated into these where they enter,
 so the rest of the code never catches a third-party exception.
 """

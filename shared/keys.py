@@ -36,9 +36,6 @@ class Keys:
     def seen(self, run_id: str, bucket: str) -> str:
         return f"{self.prefix}:seen:{run_id}:{bucket}"
 
-    def seen_pattern(self, run_id: str) -> str:
-        return f"{self.prefix}:seen:{run_id}:*"
-
     def run_stats(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:stats"
 

@@ -25,13 +25,13 @@ from typing import Any
 import redis
 
 from shared.keys import Keys
+from shared.redis_client import GLANCE, connect_redis
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 5.0
 PRESENCE_TTL_S = 15.0  # three missed beats and the worker is gone
-REDIS_TIMEOUT_S = 3.0
 
 
 def presence_record(worker_id: str, started_at: float) -> str:
@@ -45,9 +45,7 @@ def announced(
     settings: Settings, heartbeat_s: float = HEARTBEAT_S, ttl_s: float = PRESENCE_TTL_S
 ) -> Iterator[None]:
     """Keep this worker's presence key alive while the block runs; remove it on the way out."""
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
-    )
+    client = connect_redis(settings, GLANCE)
     key = Keys(settings.redis_prefix).worker(settings.worker_id)
     record = presence_record(settings.worker_id, time.time())
     stop = threading.Event()
@@ -67,7 +65,7 @@ def announced(
         yield
     finally:
         stop.set()
-        thread.join(timeout=REDIS_TIMEOUT_S * 2)
+        thread.join(timeout=GLANCE.command_timeout_s * 2)
         with contextlib.suppress(redis.RedisError):
             client.delete(key)
         client.close()

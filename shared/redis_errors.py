@@ -1,4 +1,5 @@
-"""The one place where redis-py's connection errors become ServiceUnavailable.
+"""The one place where redis-py's connection errors become ServiceUnavailable (clients are made
+in shared/redis_client.py).
 
 A Redis that cannot be reached is not the fault of the URL being processed, so the caller
 pauses instead of charging the URL a failed attempt.
@@ -37,5 +38,5 @@ def translate_redis_errors(where: str | redis.Redis) -> Iterator[None]:
     try:
         yield
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        detail = str(exc).strip() or type(exc).__name__
+        detail = (str(exc).strip() or type(exc).__name__).splitlines()[0]  # one line for the user
         raise ServiceUnavailable("Redis", redis_address(where), detail, START_HINT) from None

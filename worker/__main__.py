@@ -17,7 +17,7 @@ from shared.topology import work_queue
 from worker.deferred_writes import flush
 from worker.pool import run_pool
 from worker.store import ResultStore
-from worker.wiring import build_handler, connect_redis
+from worker.wiring import build_handler, connect_worker_redis
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     start_metrics_server(settings)
     if not schema_ready:
         db.ensure_schema(settings)
-    client = connect_redis(settings)
+    client = connect_worker_redis(settings)
     handler = build_handler(settings, client)
     ns = settings.crawl_namespace
     subscriptions = [

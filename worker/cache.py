@@ -23,7 +23,6 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -31,40 +30,19 @@ import redis
 from shared.keys import Keys
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
+from shared.urls import fingerprint
 from worker.deferred_writes import write_later
-from worker.fetch import FetchResult, Validators, is_html
-from worker.parse import decode_html
+from worker.fetch import is_html
+from worker.response import CacheEntry, Response
 
 log = logging.getLogger(__name__)
 
 _FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True)
-class CachedResponse:
-    final_url: str
-    status: int
-    content_type: str | None  # raw header, charset included
-    etag: str | None
-    last_modified: str | None
-    body: bytes
-    stored_at: float  # Unix time of the put, by the storing worker's clock
-
-    def text(self) -> str:
-        return decode_html(self.body, self.content_type)
-
-    def is_fresh(self, fresh_s: float, now: float) -> bool:
-        """Young enough (by `now`, Unix time) to use without asking the server."""
-        return now - self.stored_at < fresh_s
-
-    def validators(self) -> Validators | None:
-        """What to send in a conditional request; None if the server gave us nothing to send."""
-        if not self.etag and not self.last_modified:
-            return None
-        return Validators(self.etag, self.last_modified)
-
-
 class ResponseCache:
+    """The handler's Cache (worker/handler.py): entries by URL, with their freshness."""
+
     def __init__(
         self,
         redis_client: redis.Redis,
@@ -72,6 +50,7 @@ class ResponseCache:
         ttl_s: float,
         max_body_bytes: int,
         enabled: bool,
+        fresh_s: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if ttl_s <= 0 and enabled:
@@ -81,6 +60,7 @@ class ResponseCache:
         self._ttl_ms = max(1, round(ttl_s * 1000))
         self._max_body_bytes = max_body_bytes
         self.enabled = enabled
+        self._fresh_s = fresh_s
         self._clock = clock
 
     @classmethod
@@ -91,51 +71,55 @@ class ResponseCache:
             ttl_s=settings.cache_ttl_s,
             max_body_bytes=settings.cache_max_body_bytes,
             enabled=settings.cache_enabled,
+            fresh_s=settings.cache_fresh_s,
         )
 
-    def get(self, fingerprint_hex: str) -> CachedResponse | None:
+    def get(self, url: str) -> CacheEntry | None:
         if not self.enabled:
             return None
-        key = self._keys.cache(fingerprint_hex)
+        key = self._keys.cache(fingerprint(url).hex())
         with translate_redis_errors(self._client):
             raw = self._client.get(key)
         if raw is None:
             return None
-        cached = self._decode(raw)
-        if cached is None:
+        entry = self._decode(raw)
+        if entry is None:
             log.warning("cache entry %s does not decode; treating it as a miss", key)
-        return cached
+        return entry
 
-    def put(self, fingerprint_hex: str, result: FetchResult) -> bool:
-        """Store a 200 HTML response no larger than max_body_bytes; say whether it was stored."""
-        if not self.enabled or not self._cacheable(result):
+    def put(self, url: str, response: Response) -> bool:
+        """Store a 200 HTML response no larger than max_body_bytes; say whether it was stored.
+        A response revalidated by a 304 carries its whole cached body and is stored again,
+        fresh."""
+        if not self.enabled or not self._cacheable(response):
             return False
         header = {
             "v": _FORMAT_VERSION,
-            "url": result.final_url,
-            "status": result.status,
-            "ct": result.content_type,
-            "etag": result.etag,
-            "lm": result.last_modified,
+            "url": response.final_url,
+            "status": response.status,
+            "ct": response.content_type,
+            "etag": response.etag,
+            "lm": response.last_modified,
             "at": self._clock(),
         }
-        value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + zlib.compress(result.body, 6)
-        key = self._keys.cache(fingerprint_hex)
+        value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + zlib.compress(response.body, 6)
+        key = self._keys.cache(fingerprint(url).hex())
         with translate_redis_errors(self._client):
             # Nothing waits for this write: with a DeferringRedis it rides along with the
             # thread's next command.
             write_later(self._client, "SET", key, value, "PX", self._ttl_ms)
         return True
 
-    def _cacheable(self, result: FetchResult) -> bool:
+    def _cacheable(self, response: Response) -> bool:
+        # A 304 as fetched has status 304 and no body; once the handler has put it together with
+        # the cached body, it is a 200 again (not_modified=True) and is worth keeping.
         return (
-            result.status == 200
-            and not result.not_modified
-            and is_html(result.content_type)
-            and len(result.body) <= self._max_body_bytes
+            response.status == 200
+            and is_html(response.content_type)
+            and len(response.body) <= self._max_body_bytes
         )
 
-    def _decode(self, raw: Any) -> CachedResponse | None:
+    def _decode(self, raw: Any) -> CacheEntry | None:
         if not isinstance(raw, bytes):  # a client built with decode_responses=True
             return None
         header_line, newline, compressed = raw.partition(b"\n")
@@ -148,15 +132,17 @@ class ResponseCache:
             body = self._decompress(compressed)
             if body is None:
                 return None
-            return CachedResponse(
+            response = Response(
                 final_url=str(header["url"]),
                 status=int(header["status"]),
                 content_type=_optional_str(header.get("ct")),
+                body=body,
                 etag=_optional_str(header.get("etag")),
                 last_modified=_optional_str(header.get("lm")),
-                body=body,
-                stored_at=float(header["at"]),
+                from_cache=True,
             )
+            # Young enough (by this worker's clock against the storing one's) to use as it is.
+            return CacheEntry(response, fresh=self._clock() - float(header["at"]) < self._fresh_s)
         except (ValueError, KeyError, TypeError, AttributeError, zlib.error):
             return None
 

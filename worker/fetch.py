@@ -38,9 +38,9 @@ from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
 from worker.html_builder import ParseBudget
 from worker.markup_scan import MarkupScan, ParseLimitExceeded
-from worker.parse import decode_html
 from worker.politeness import Throttled, parse_retry_after
 from worker.proxies import ProxyFailed, without_credentials
+from worker.response import Response
 
 log = logging.getLogger(__name__)
 
@@ -70,24 +70,6 @@ class Validators:
         if self.last_modified:
             headers["If-Modified-Since"] = self.last_modified
         return headers
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    url: str  # as requested
-    final_url: str  # after redirects
-    status: int
-    content_type: str | None  # raw header, charset included
-    etag: str | None
-    last_modified: str | None
-    retry_after: str | None  # raw header
-    body: bytes  # decoded from any Content-Encoding; empty when not_modified
-    elapsed_ms: int
-    redirects: int
-    not_modified: bool  # a 304 answer to our conditional request
-
-    def text(self) -> str:
-        return decode_html(self.body, self.content_type)
 
 
 class Verdict(enum.Enum):
@@ -284,7 +266,7 @@ class Fetcher:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def fetch(self, url: str, validators: Validators | None = None, proxy: str | None = None) -> FetchResult:
+    def fetch(self, url: str, validators: Validators | None = None, proxy: str | None = None) -> Response:
         """GET `url`, following up to max_redirects redirects; raise a TaskError on failure."""
         # The validators belong to the resource at the end of the chain; sending them on
         # every hop is harmless, since redirect responses do not answer conditionals.
@@ -302,7 +284,7 @@ class Fetcher:
         max_bytes: int,
         truncate: bool = False,
         budget: ParseBudget | None = None,
-    ) -> FetchResult:
+    ) -> Response:
         """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
         started = time.monotonic()
         deadline = started + self._settings.fetch_deadline_s
@@ -320,10 +302,10 @@ class Fetcher:
         budget: ParseBudget | None,
         started: float,
         deadline: float,
-    ) -> FetchResult:
+    ) -> Response:
         current = url
         visited = {url}
-        for redirects in range(self._settings.max_redirects + 1):
+        for _hop in range(self._settings.max_redirects + 1):
             _require_http_url(current)
             self._check_url(current)
             with (
@@ -338,17 +320,14 @@ class Fetcher:
                     body = b""
                     if verdict is Verdict.OK and 200 <= response.status_code < 300:
                         body = _read_body(response, max_bytes, deadline, url, truncate, budget)
-                    return FetchResult(
-                        url=url,
+                    return Response(
                         final_url=current,
                         status=response.status_code,
                         content_type=response.headers.get("Content-Type"),
+                        body=body,
                         etag=response.headers.get("ETag"),
                         last_modified=response.headers.get("Last-Modified"),
-                        retry_after=response.headers.get("Retry-After"),
-                        body=body,
-                        elapsed_ms=round((time.monotonic() - started) * 1000),
-                        redirects=redirects,
+                        fetch_ms=round((time.monotonic() - started) * 1000),
                         not_modified=verdict is Verdict.NOT_MODIFIED,
                     )
             current = self._next_hop(current, location or "", visited)

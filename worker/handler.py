@@ -51,6 +51,7 @@ from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
 from worker.poison import DeliveryLimit
 from worker.politeness import TryLater
 from worker.profiles import Profiles
+from worker.response import CacheEntry, Response
 from worker.robots import RobotsAnswer, RobotsRules
 from worker.store import PageRow, SkipRow
 
@@ -60,28 +61,6 @@ SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip(
 
 T = TypeVar("T")
 HOLD_UNROUTABLE_WAIT_S = 5.0  # how long a paused run's message with no hold queue waits to come back
-
-
-@dataclass(frozen=True)
-class Response:
-    """A response to parse, whether just fetched or from the cache."""
-
-    final_url: str
-    status: int
-    content_type: str
-    body: bytes
-    fetch_ms: int | None
-    from_cache: bool  # the body came from the cache (fresh, or revalidated by a 304)
-    not_modified: bool = False  # a 304 answered our conditional request
-    proxy: str | None = None  # the proxy it came through, without credentials
-    etag: str | None = None
-    last_modified: str | None = None
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    response: Response  # as cached
-    fresh: bool  # young enough to use without asking the server
 
 
 class Fetch(Protocol):
@@ -95,7 +74,9 @@ class Fetch(Protocol):
 class Cache(Protocol):
     def get(self, url: str) -> CacheEntry | None: ...
 
-    def put(self, url: str, response: Response) -> None: ...
+    def put(self, url: str, response: Response) -> bool:
+        """Keep `response` for `url` if it is worth keeping; say whether it was kept."""
+        ...
 
 
 class Gate(Protocol):
@@ -134,7 +115,7 @@ class Store(Protocol):
 class CrawlHandler:
     settings: Settings
     topology: Topology
-    fetch_for_thread: Callable[[], Fetch]  # the fetcher a handler thread uses (may be shared)
+    fetch: Fetch  # shared by the handler threads
     cache: Cache
     gate: Gate
     robots: Robots
@@ -299,8 +280,7 @@ class CrawlHandler:
         domain = domain_of(url)
 
         def fetch_robots(robots_url: str) -> RobotsAnswer:
-            fetcher = self._fetcher()  # made before the slot: a new session takes time
-            return self.gate.call(domain, lambda: fetcher.robots_txt(robots_url))
+            return self.gate.call(domain, lambda: self.fetch.robots_txt(robots_url))
 
         return self.robots.rules_for(url, fetch_robots)
 
@@ -311,9 +291,8 @@ class CrawlHandler:
             metrics.CACHE_HITS.inc()
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
-        fetcher = self._fetcher()
         fetched = self.gate.call(
-            domain_of(url), lambda: self._risky(lambda: fetcher.page(url, cached)), crawl_delay_s
+            domain_of(url), lambda: self._risky(lambda: self.fetch.page(url, cached)), crawl_delay_s
         )
         if fetched.not_modified:
             if cached is None:  # the fetcher only asks conditionally with an entry to revalidate
@@ -338,12 +317,6 @@ class CrawlHandler:
         if self.delivery_limit is not None:
             self.delivery_limit.before_risk()
         return send()
-
-    def _fetcher(self) -> Fetch:
-        fetcher: Fetch | None = getattr(self._local, "fetcher", None)
-        if fetcher is None:
-            fetcher = self._local.fetcher = self.fetch_for_thread()
-        return fetcher
 
     def _retry(self, body: bytes, task: CrawlTask, failed: Progress, exc: TaskError) -> Outcome:
         delay_ms = self.topology.delay_ms_for(self.settings.retry_delay_s(failed.attempt))
@@ -437,7 +410,7 @@ class CrawlHandler:
             url=task.url,
             final_url=response.final_url,
             http_status=response.status,
-            content_type=response.content_type,
+            content_type=response.content_type or "",
             title=page.title,
             meta_description=page.description,
             canonical_url=page.canonical_url,

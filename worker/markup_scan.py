@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from shared.errors import PipelineError
+
 if TYPE_CHECKING:
     from worker.html_builder import ParseBudget
 
 _TEXT_SLICE_CHARS = 64 * 1024
 
 
-class ParseLimitExceeded(Exception):
+class ParseLimitExceeded(PipelineError):
     """A page went past its ParseBudget; the message says which limit."""
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from shared import metrics
-from shared.errors import ConfigError, TransientError
+from shared.errors import ConfigError, PipelineError, TransientError
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ LEASE_MARGIN_S = 5.0  # a concurrency lease outlives the longest possible fetch 
 MAX_SPACING_WAITS = 5  # a request nudged back (clear_to_send) more often than this is deferred
 
 
-class TryLater(Exception):
+class TryLater(PipelineError):
     """Not a failure: the URL cannot be served now and should come back after `wait_s`."""
 
     def __init__(self, wait_s: float, reason: str) -> None:

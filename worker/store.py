@@ -33,7 +33,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from shared import db, retrying
-from shared.errors import ServiceUnavailable, UnstorableRow
+from shared.errors import PipelineError, ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -346,7 +346,7 @@ def _connect_autocommit(settings: Settings) -> psycopg.Connection[tuple[object, 
     return db.connect(settings, autocommit=True)
 
 
-class _Interrupted(Exception):
+class _Interrupted(PipelineError):
     """PostgreSQL became unreachable part-way through a batch: these rows are not settled."""
 
     def __init__(self, error: ServiceUnavailable, unfinished: list[_Pending]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -14,21 +15,21 @@ from shared import metrics
 from shared.errors import TaskError
 from shared.keys import Keys
 from shared.netguard import check_url, guarded_session
-from shared.redis_errors import translate_redis_errors
+from shared.redis_client import WORKER, connect_redis
 from shared.runstate import RunStates
 from shared.settings import Settings
 from shared.topology import build_topology
-from shared.urls import fingerprint
 from worker.cache import ResponseCache
 from worker.deferred_writes import DeferringRedis
-from worker.fetch import Fetcher, FetchResult, Validators
+from worker.fetch import Fetcher, Validators
 from worker.handled import HandledMarks
-from worker.handler import CacheEntry, CrawlHandler, Fetch, Response
+from worker.handler import CrawlHandler
 from worker.poison import DeliveryLimit
 from worker.politeness import LEASE_MARGIN_S, DomainGate, PolitenessConfig
 from worker.profiles import load_profiles
 from worker.proxies import Proxy, ProxyFailed, ProxyPool
 from worker.ratelimit import RateLimiter
+from worker.response import CacheEntry, Response
 from worker.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
 from worker.store import BATCH_ROWS, ResultStore
 
@@ -49,28 +50,10 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
         ctypes.CDLL(None).mallopt(M_ARENA_MAX, arenas)
 
 
-def connect_redis(settings: Settings) -> redis.Redis:
-    client = DeferringRedis.from_url(
-        settings.redis_url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=10
-    )
-    with translate_redis_errors(settings.redis_url):
-        client.ping()
-    return client
-
-
-def to_response(result: FetchResult, proxy: Proxy | None) -> Response:
-    return Response(
-        final_url=result.final_url,
-        status=result.status,
-        content_type=result.content_type or "",
-        body=result.body,
-        fetch_ms=result.elapsed_ms,
-        from_cache=False,
-        not_modified=result.not_modified,
-        proxy=proxy.label if proxy else None,
-        etag=result.etag,
-        last_modified=result.last_modified,
-    )
+def connect_worker_redis(settings: Settings) -> redis.Redis:
+    """The worker's one client, shared by its handler threads: a DeferringRedis, so writes
+    nothing waits for ride along with a thread's next command (worker/deferred_writes.py)."""
+    return connect_redis(settings, WORKER, client_class=DeferringRedis, ping=True)
 
 
 class HttpFetch:
@@ -88,16 +71,18 @@ class HttpFetch:
                 validators = Validators(cached.etag, cached.last_modified)
         started = time.monotonic()
         try:
-            response = self._through(
-                lambda proxy: to_response(
-                    self._fetcher.fetch(url, validators, proxy.url if proxy else None), proxy
-                )
-            )
+            response = self._through(lambda proxy: self._fetch_page(url, validators, proxy))
         except TaskError as exc:
             metrics.observe_fetch(time.monotonic() - started, exc.http_status)
             raise
         metrics.observe_fetch(time.monotonic() - started, response.status)
         return response
+
+    def _fetch_page(self, url: str, validators: Validators | None, proxy: Proxy | None) -> Response:
+        if proxy is None:
+            return self._fetcher.fetch(url, validators)
+        # The label, not the URL: the row must not carry the proxy's credentials.
+        return dataclasses.replace(self._fetcher.fetch(url, validators, proxy.url), proxy=proxy.label)
 
     def robots_txt(self, url: str) -> RobotsAnswer:
         return self._through(lambda proxy: fetch_robots(self._fetcher, url, proxy.url if proxy else None))
@@ -120,47 +105,6 @@ class HttpFetch:
                     raise
 
 
-class RedisCache:
-    """The handler's view of the response cache: entries with their freshness."""
-
-    def __init__(self, cache: ResponseCache, fresh_s: float, clock: Callable[[], float] = time.time) -> None:
-        self._cache = cache
-        self._fresh_s = fresh_s
-        self._clock = clock
-
-    def get(self, url: str) -> CacheEntry | None:
-        cached = self._cache.get(fingerprint(url).hex())
-        if cached is None:
-            return None
-        response = Response(
-            cached.final_url,
-            cached.status,
-            cached.content_type or "",
-            cached.body,
-            None,
-            from_cache=True,
-            etag=cached.etag,
-            last_modified=cached.last_modified,
-        )
-        return CacheEntry(response, fresh=cached.is_fresh(self._fresh_s, self._clock()))
-
-    def put(self, url: str, response: Response) -> None:
-        result = FetchResult(
-            url=url,
-            final_url=response.final_url,
-            status=response.status,
-            content_type=response.content_type or None,
-            etag=response.etag,
-            last_modified=response.last_modified,
-            retry_after=None,
-            body=response.body,
-            elapsed_ms=response.fetch_ms or 0,
-            redirects=0,
-            not_modified=False,  # a revalidated response carries its full cached body
-        )
-        self._cache.put(fingerprint(url).hex(), result)
-
-
 def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
     # Python's thread switch interval stays at its 5 ms default. A 1 ms interval got a thread
     # whose rate-limit slot had come onto the GIL sooner, but it forced a switch, with its
@@ -181,7 +125,9 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         max_wait_s=settings.max_inline_wait_s,
     )
 
-    # One session for every handler thread: urllib3's pools are thread-safe, and shared pools
+    # One session, and so one fetcher, for every handler thread: urllib3's pools are
+    # thread-safe, the requests are prepared without the session's merging (worker/fetch.py)
+    # and its cookie jar refuses every cookie, so the threads share no state but the pools. Shared pools
     # keep a connection to each of the last HOST_POOLS hosts. A session per thread kept its own
     # ten, so with more hosts than that in turn, most fetches opened a new connection, and the
     # idle ones cost a worker several MB. Every connection goes to an address the SSRF guard
@@ -191,16 +137,11 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         pool_hosts=HOST_POOLS,
         pool_size=min(settings.max_concurrent_per_domain, settings.fetch_concurrency),
     )
-    shared_fetch = HttpFetch(Fetcher(settings, lambda: session, check_url(settings)), proxies)
-
-    def fetch_for_thread() -> Fetch:
-        return shared_fetch
-
     return CrawlHandler(
         settings=settings,
         topology=build_topology(settings),
-        fetch_for_thread=fetch_for_thread,
-        cache=RedisCache(cache, settings.cache_fresh_s),
+        fetch=HttpFetch(Fetcher(settings, lambda: session, check_url(settings)), proxies),
+        cache=cache,
         gate=gate,
         robots=robots,
         # Messages whose rows wait for a commit stay unacked, and a worker is given only twice

@@ -3,39 +3,51 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import zlib
 from collections.abc import Iterator
 
 import pytest
 import redis
 
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
-from worker.cache import CachedResponse, ResponseCache
-from worker.fetch import FetchResult
+from shared.urls import fingerprint
+from worker.cache import ResponseCache
+from worker.response import CacheEntry, Response
 
 pytestmark = pytest.mark.integration
 
-FP = "0123456789abcdef0123456789abcdef"
+URL = "http://site.example/old"
+FP = fingerprint(URL).hex()
+STORED_AT = 1_700_000_000.5
 BODY = "<html><head><title>Grüße</title></head><body>".encode() + b"x" * 2000 + b"</body></html>"
 
-PAGE = FetchResult(
-    url="http://site.example/old",
+PAGE = Response(
     final_url="http://site.example/new",
     status=200,
     content_type="text/html; charset=utf-8",
+    body=BODY,
     etag='"abc"',
     last_modified="Mon, 01 Jan 2024 00:00:00 GMT",
-    retry_after=None,
+    fetch_ms=12,
+    proxy="http://127.0.0.1:9",
+)
+CACHED = Response(
+    final_url="http://site.example/new",
+    status=200,
+    content_type="text/html; charset=utf-8",
     body=BODY,
-    elapsed_ms=12,
-    redirects=1,
-    not_modified=False,
+    etag='"abc"',
+    last_modified="Mon, 01 Jan 2024 00:00:00 GMT",
+    from_cache=True,
 )
 
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:
-    made = redis.Redis.from_url(settings.redis_url)
+    made = connect_redis(settings, OPERATOR)
     yield made
     made.close()
 
@@ -52,32 +64,46 @@ def make_cache(
     ttl_s: float = 60.0,
     max_body_bytes: int = 10_000,
     enabled: bool = True,
+    fresh_s: float = 0.0,
+    now: float = STORED_AT,
 ) -> ResponseCache:
-    return ResponseCache(client, keys, ttl_s, max_body_bytes, enabled, clock=lambda: 1_700_000_000.5)
+    return ResponseCache(client, keys, ttl_s, max_body_bytes, enabled, fresh_s, clock=lambda: now)
 
 
 def test_round_trip(client: redis.Redis, keys: Keys) -> None:
+    """What was fetched comes back as cached: no fetch time, no proxy, from_cache set."""
     cache = make_cache(client, keys)
-    assert cache.put(FP, PAGE) is True
-    assert cache.get(FP) == CachedResponse(
-        final_url="http://site.example/new",
-        status=200,
-        content_type="text/html; charset=utf-8",
-        etag='"abc"',
-        last_modified="Mon, 01 Jan 2024 00:00:00 GMT",
-        body=BODY,
-        stored_at=1_700_000_000.5,
-    )
-    cached = cache.get(FP)
-    assert cached is not None and "Grüße" in cached.text()
+    assert cache.put(URL, PAGE) is True
+    assert cache.get(URL) == CacheEntry(CACHED, fresh=False)
+
+
+def test_an_entry_is_fresh_while_younger_than_fresh_s(client: redis.Redis, keys: Keys) -> None:
+    make_cache(client, keys).put(URL, PAGE)
+    assert make_cache(client, keys, fresh_s=60.0, now=STORED_AT + 59.0).get(URL) == CacheEntry(CACHED, True)
+    assert make_cache(client, keys, fresh_s=60.0, now=STORED_AT + 60.0).get(URL) == CacheEntry(CACHED, False)
+
+
+def test_an_entry_in_the_stored_format_reads_back(client: redis.Redis, keys: Keys) -> None:
+    """Entries written before the worker had one response type are read as they were."""
+    header = {"v": 1, "url": CACHED.final_url, "status": 200, "ct": CACHED.content_type}
+    header |= {"etag": CACHED.etag, "lm": CACHED.last_modified, "at": STORED_AT}
+    client.set(keys.cache(FP), json.dumps(header).encode() + b"\n" + zlib.compress(BODY))
+    assert make_cache(client, keys).get(URL) == CacheEntry(CACHED, fresh=False)
+
+
+def test_a_revalidated_response_is_stored_again(client: redis.Redis, keys: Keys) -> None:
+    """After a 304 the handler hands back the cached body as a 200 with not_modified set."""
+    revalidated = dataclasses.replace(CACHED, fetch_ms=5, not_modified=True)
+    assert make_cache(client, keys).put(URL, revalidated) is True
+    assert make_cache(client, keys).get(URL) == CacheEntry(CACHED, fresh=False)
 
 
 def test_missing_entry_is_none(client: redis.Redis, keys: Keys) -> None:
-    assert make_cache(client, keys).get("f" * 32) is None
+    assert make_cache(client, keys).get("http://site.example/never") is None
 
 
 def test_entry_expires_after_the_ttl_and_is_compressed(client: redis.Redis, keys: Keys) -> None:
-    make_cache(client, keys, ttl_s=30.0).put(FP, PAGE)
+    make_cache(client, keys, ttl_s=30.0).put(URL, PAGE)
     assert 29_000 < client.pttl(keys.cache(FP)) <= 30_000
     stored = client.get(keys.cache(FP))
     assert isinstance(stored, bytes)
@@ -86,16 +112,16 @@ def test_entry_expires_after_the_ttl_and_is_compressed(client: redis.Redis, keys
 
 def test_oversize_body_is_not_cached(client: redis.Redis, keys: Keys) -> None:
     cache = make_cache(client, keys, max_body_bytes=len(BODY) - 1)
-    assert cache.put(FP, PAGE) is False
+    assert cache.put(URL, PAGE) is False
     assert client.exists(keys.cache(FP)) == 0
-    assert cache.get(FP) is None
+    assert cache.get(URL) is None
 
 
 def test_body_exactly_at_the_cap_is_cached(client: redis.Redis, keys: Keys) -> None:
     cache = make_cache(client, keys, max_body_bytes=len(BODY))
-    assert cache.put(FP, PAGE) is True
-    cached = cache.get(FP)
-    assert cached is not None and cached.body == BODY
+    assert cache.put(URL, PAGE) is True
+    cached = cache.get(URL)
+    assert cached is not None and cached.response.body == BODY
 
 
 @pytest.mark.parametrize(
@@ -107,18 +133,18 @@ def test_body_exactly_at_the_cap_is_cached(client: redis.Redis, keys: Keys) -> N
     ],
     ids=["not-200", "not-modified", "not-html"],
 )
-def test_only_200_html_is_cached(client: redis.Redis, keys: Keys, result: FetchResult) -> None:
-    assert make_cache(client, keys).put(FP, result) is False
+def test_only_200_html_is_cached(client: redis.Redis, keys: Keys, result: Response) -> None:
+    assert make_cache(client, keys).put(URL, result) is False
     assert client.exists(keys.cache(FP)) == 0
 
 
 def test_disabled_cache_neither_stores_nor_reads(client: redis.Redis, keys: Keys) -> None:
-    make_cache(client, keys).put(FP, PAGE)  # an entry an enabled cache wrote earlier
+    make_cache(client, keys).put(URL, PAGE)  # an entry an enabled cache wrote earlier
     disabled = make_cache(client, keys, enabled=False)
-    assert disabled.get(FP) is None
-    other = "e" * 32
+    assert disabled.get(URL) is None
+    other = "http://site.example/other"
     assert disabled.put(other, PAGE) is False
-    assert client.exists(keys.cache(other)) == 0
+    assert client.exists(keys.cache(fingerprint(other).hex())) == 0
 
 
 @pytest.mark.parametrize(
@@ -128,13 +154,13 @@ def test_disabled_cache_neither_stores_nor_reads(client: redis.Redis, keys: Keys
 )
 def test_undecodable_entry_is_a_miss(client: redis.Redis, keys: Keys, value: bytes) -> None:
     client.set(keys.cache(FP), value)
-    assert make_cache(client, keys).get(FP) is None
+    assert make_cache(client, keys).get(URL) is None
 
 
 def test_from_settings_uses_the_cache_settings(client: redis.Redis, settings: Settings) -> None:
     tiny = dataclasses.replace(settings, cache_max_body_bytes=10, cache_ttl_s=5.0)
     cache = ResponseCache.from_settings(client, tiny)
-    assert cache.put(FP, PAGE) is False  # over 10 bytes
+    assert cache.put(URL, PAGE) is False  # over 10 bytes
     small = dataclasses.replace(PAGE, body=b"<p>hi</p>")
-    assert cache.put(FP, small) is True
+    assert cache.put(URL, small) is True
     assert 0 < client.pttl(Keys(settings.redis_prefix).cache(FP)) <= 5_000

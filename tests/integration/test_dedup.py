@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from producer.dedup import BUSY, DUP, NEW, TAKEN, Dedup, connect_redis, split_fingerprint
+from producer.dedup import BUSY, DUP, NEW, TAKEN, Dedup, split_fingerprint
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
+from shared.redis_client import PRODUCER, connect_redis
 from shared.settings import Settings
 from shared.urls import fingerprint
 
@@ -24,7 +25,7 @@ def fingerprints(n: int) -> list[bytes]:
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:
-    made = connect_redis(settings)
+    made = connect_redis(settings, PRODUCER, ping=True)
     yield made
     made.close()
 
@@ -36,7 +37,7 @@ def test_concurrent_claims_make_each_fingerprint_new_exactly_once(settings: Sett
     errors: list[BaseException] = []
 
     def claimer(slot: int) -> None:
-        client = connect_redis(settings)
+        client = connect_redis(settings, PRODUCER, ping=True)
         try:
             dedup = Dedup(client, Keys(settings.redis_prefix), RUN)
             dedup.beat()  # alive: the other side's claims are busy, never taken over
@@ -167,5 +168,5 @@ def test_scripts_are_reloaded_after_a_script_flush(settings: Settings, client: r
 def test_unreachable_redis_is_service_unavailable() -> None:
     settings = Settings(redis_url="redis://127.0.0.1:1/0")
     with pytest.raises(ServiceUnavailable) as caught:
-        connect_redis(settings)
+        connect_redis(settings, PRODUCER, ping=True)
     assert "Redis" in str(caught.value) and "127.0.0.1:1" in str(caught.value)

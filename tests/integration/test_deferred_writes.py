@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from shared.redis_client import OPERATOR, WORKER, connect_redis
 from shared.settings import Settings
 from worker.deferred_writes import DeferringRedis, flush, write_later
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[DeferringRedis]:
-    made = DeferringRedis.from_url(settings.redis_url)
+    made = connect_redis(settings, WORKER, client_class=DeferringRedis)
     yield made
     made.close()
 
@@ -73,7 +74,7 @@ def test_the_carrying_commands_own_error_is_raised_and_scripts_reload(
 
 
 def test_write_later_sends_at_once_on_a_plain_client(settings: Settings, key: str) -> None:
-    with redis.Redis.from_url(settings.redis_url) as plain:
+    with connect_redis(settings, OPERATOR) as plain:
         write_later(plain, "SET", key, b"now")
         assert plain.get(key) == b"now"
         flush(plain)  # nothing held, nothing to do

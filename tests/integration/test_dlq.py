@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from dlq_consumer import store
-from dlq_consumer.record import record_from_delivery
+from dlq_consumer.record import DeadLetterRecord, record_from_delivery
 from dlq_consumer.replay import replay
 from dlq_consumer.service import DeadLetterRecorder
 from shared import broker, db
@@ -91,7 +91,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 15) -> None:
         time.sleep(0.05)
 
 
-def rows(conn: psycopg.Connection[Any], run_id: str | None = None) -> list[store.DeadLetterRow]:
+def rows(conn: psycopg.Connection[Any], run_id: str | None = None) -> list[DeadLetterRecord]:
     found = store.select_rows(conn, store.Selection(run_id=run_id, state="all"))
     conn.commit()  # end the read transaction so later reads see new commits
     return found

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import redis
 
 from bench.site import Answer, Hit, LoggedSite, most_in_any_window, page, pages_route
 from shared import db
 from shared.consumer import Delivery
 from shared.keys import Keys
 from shared.messages import CrawlTask
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from shared.topology import dead_letter_exchange
 from worker.ratelimit import RateLimiter, Reservation
@@ -45,7 +45,7 @@ def crawl_in_threads(
     settings: Settings, urls: Sequence[str], threads: int, run_s: float, run_id: str = "r1"
 ) -> CrawlReport:
     """Run `threads` handler threads over `urls` for up to `run_s` seconds (or until all are done)."""
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings, OPERATOR)
     handler = build_handler(settings, client)
     seq = itertools.count()
     ready: list[tuple[float, int, Delivery]] = []
@@ -160,7 +160,7 @@ def test_retry_after_keeps_every_worker_away_for_that_long(polite: Settings) -> 
 @pytest.mark.timeout(60)
 def test_503_without_retry_after_slows_the_domain_then_it_recovers(polite: Settings) -> None:
     keys = Keys(polite.redis_prefix)
-    client = redis.Redis.from_url(polite.redis_url)
+    client = connect_redis(polite, OPERATOR)
 
     def overloaded_once(hit: Hit) -> Answer:
         if hit.path == "/p/0":
@@ -204,7 +204,7 @@ def test_a_second_crawl_of_an_unchanged_page_is_a_304_without_a_body(polite: Set
 
 
 def test_pause_and_reservation_are_one_atomic_decision(polite: Settings) -> None:
-    client = redis.Redis.from_url(polite.redis_url)
+    client = connect_redis(polite, OPERATOR)
     limiter = RateLimiter(client, Keys(polite.redis_prefix))
     limiter.pause("paused.example", 1.5)
     refused = limiter.reserve("paused.example", 100.0, max_wait_s=1.0)
@@ -218,7 +218,7 @@ def test_pause_and_reservation_are_one_atomic_decision(polite: Settings) -> None
 
 
 def test_concurrency_leases_cap_then_free_by_release_or_expiry(polite: Settings) -> None:
-    client = redis.Redis.from_url(polite.redis_url)
+    client = connect_redis(polite, OPERATOR)
     limiter = RateLimiter(client, Keys(polite.redis_prefix))
 
     def take() -> Reservation:

@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import redis
 from prometheus_client import REGISTRY
 
 from producer.dedup import Dedup, split_fingerprint
@@ -26,6 +25,7 @@ from shared.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from shared.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 from shared.urls import fingerprint
@@ -135,7 +135,7 @@ def test_site_run_publishes_each_new_url_once(settings: Settings, site: LocalSit
     assert result["publish_failed"] == 0
     assert [depth(settings, kind) for kind in ("priority", "ttl", "bulk")] == [5, 7, 20]
 
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings, OPERATOR)
     try:
         stats = client.hgetall(Keys(settings.redis_prefix).run_stats("it-1"))
     finally:
@@ -306,7 +306,7 @@ class Done:
 
 
 def test_failed_publishes_are_retried_then_unmarked(settings: Settings) -> None:
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings, OPERATOR)
     keys = Keys(settings.redis_prefix)
     urls = [f"http://example.com/{i}" for i in range(10)]
     publisher = FlakyPublisher(refuse={urls[3], urls[7]})

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 import requests
 
 from shared import broker
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from shared.topology import work_queue
 from tests.integration.test_producer import LocalSite, urlset
@@ -112,7 +112,7 @@ def test_once_seeds_a_run_only_the_first_time(settings: Settings, sitemaps: Loca
     assert repeated["enqueued_total"] == 4  # the first seeding's figures
     assert len(sitemaps.user_agents) == fetches, "the sitemap was read again"
     assert queued(settings) == 4
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings, OPERATOR)
     try:
         stats = client.hgetall(Keys(settings.redis_prefix).run_stats("seed-1"))
     finally:

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.dedup import Dedup, connect_redis
+from producer.dedup import Dedup
 from producer.service import Options, run
 from shared import broker
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS, CrawlTask
+from shared.redis_client import PRODUCER, connect_redis
 from shared.settings import Settings
 from shared.topology import work_queue
 from shared.urls import canonicalize, fingerprint
@@ -28,7 +29,7 @@ RUN = "takeover-1"
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:
-    made = connect_redis(settings)
+    made = connect_redis(settings, PRODUCER, ping=True)
     yield made
     made.close()
 

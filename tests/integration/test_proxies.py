@@ -15,13 +15,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import redis
 
 from bench.site import Answer, Hit, LoggedSite, Route, pages_route
 from producer.service import Options, run
 from shared import db
 from shared.errors import ConfigError, TransientError
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
 from worker.politeness import TryLater
@@ -159,7 +159,7 @@ def test_a_failing_proxy_is_benched_for_every_worker_and_urls_still_arrive(
     assert sorted(report.done) == sorted(urls)
     assert report.deferred_or_retried == 0  # each failed request went on through the other proxy
     dead_label = Proxy.parse(dead).label
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings, OPERATOR)
     bench_ms = client.pttl(Keys(settings.redis_prefix).proxy_bench(dead_label))
     client.close()
     assert 25_000 < bench_ms <= 30_000
@@ -178,7 +178,7 @@ def test_wrong_credentials_count_as_a_proxy_failure(polite: Settings, proxies: l
 
 
 def test_when_every_proxy_is_benched_urls_wait(polite: Settings) -> None:
-    client = redis.Redis.from_url(polite.redis_url)
+    client = connect_redis(polite, OPERATOR)
     bench = RedisBench(client, Keys(polite.redis_prefix), max_failures=1, bench_s=5.0)
     one, two = parse_proxies("http://127.0.0.1:1,http://127.0.0.1:2")
     pool = ProxyPool([one, two], "random", bench, random.Random(7))
@@ -249,7 +249,7 @@ def test_the_producer_benches_a_failing_proxy_and_reads_through_another(
 
     assert summary["enqueued_total"] == 3 and summary["sitemaps_failed"] == []
     assert sorted(live.seen) == [root + "/robots.txt", root + "/sitemap.xml"]
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings, OPERATOR)
     try:  # benched for the workers too: the bench is shared through Redis
         assert client.pttl(Keys(settings.redis_prefix).proxy_bench(Proxy.parse(dead).label)) > 0
     finally:

@@ -14,6 +14,7 @@ from redis.retry import Retry
 
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, WORKER, connect_redis
 from shared.settings import Settings
 from worker.deferred_writes import DeferringRedis
 from worker.ratelimit import RateLimiter, Reservation
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:
-    made = redis.Redis.from_url(settings.redis_url)
+    made = connect_redis(settings, OPERATOR)
     yield made
     made.close()
 
@@ -166,7 +167,7 @@ def test_unreachable_redis_is_service_unavailable(settings: Settings) -> None:
 def test_a_release_held_by_a_deferring_client_goes_ahead_of_that_threads_next_command(
     settings: Settings,
 ) -> None:
-    client = DeferringRedis.from_url(settings.redis_url)
+    client = connect_redis(settings, WORKER, client_class=DeferringRedis)
     limiter = RateLimiter(client, Keys(settings.redis_prefix))
 
     def reserve() -> Reservation:

@@ -7,11 +7,11 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from bench.site import Answer, Hit, LoggedSite, Route, pages_route
 from shared import db
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
 
@@ -51,7 +51,7 @@ def test_disallowed_paths_are_never_requested_and_recorded_as_skips(polite: Sett
     assert skips == [(url, "robots") for url in sorted(private)]
     stored = rows(polite, "SELECT url FROM pages WHERE run_id = 'r1' ORDER BY url")
     assert stored == [(url,) for url in sorted(public)]
-    client = redis.Redis.from_url(polite.redis_url)
+    client = connect_redis(polite, OPERATOR)
     ttl_ms = client.pttl(Keys(polite.redis_prefix).robots(domain))
     client.close()
     assert 0 < ttl_ms <= polite.robots_ttl_s * 1000  # shared with every worker, for the TTL

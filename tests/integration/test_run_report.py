@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 
 import pytest
-import redis
 
 from ops.accounting import Accounting
 from ops.run_report import render, report
 from shared import db
 from shared.errors import ConfigError
 from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ def test_render_reads_like_make_demo() -> None:
 
 
 def test_a_run_still_crawling_is_reported_waiting_with_exit_1(settings: Settings) -> None:
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings, OPERATOR)
     try:
         client.hset(
             Keys(settings.redis_prefix).run_stats("r-1"), mapping={"enqueued.bulk": 2, "duplicates": 1}

@@ -17,6 +17,7 @@ from shared import broker, db
 from shared.consumer import Delivery
 from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
+from shared.redis_client import OPERATOR, connect_redis
 from shared.runstate import held_exchange, held_queue, read_state
 from shared.settings import Settings
 from shared.topology import build_topology, defer_queue, work_queue
@@ -30,7 +31,7 @@ RUN = "it-runs"
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:
-    made = redis.Redis.from_url(settings.redis_url)
+    made = connect_redis(settings, OPERATOR)
     made.hset(Keys(settings.redis_prefix).run_stats(RUN), "enqueued.bulk", 3)
     yield made
     made.close()
@@ -220,7 +221,7 @@ def test_a_hold_with_no_queue_bound_goes_to_a_defer_queue_and_the_channel_stays_
     handler = CrawlHandler(
         settings=settings,
         topology=topology,
-        fetch_for_thread=lambda: None,  # type: ignore[arg-type,return-value]
+        fetch=None,  # type: ignore[arg-type]
         cache=None,  # type: ignore[arg-type]
         gate=None,  # type: ignore[arg-type]
         robots=None,  # type: ignore[arg-type]

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from dlq_consumer import store
 from dlq_consumer.record import record_from_delivery
@@ -23,6 +22,7 @@ from shared import broker, db
 from shared.consumer import Delivery
 from shared.keys import Keys
 from shared.messages import CrawlTask, Failure
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from shared.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 
@@ -59,7 +59,7 @@ def seeded(settings: Settings) -> Settings:
                 "INSERT INTO skips (run_id, url, reason) VALUES (%s, %s, %s)",
                 (RUN, f"https://example.com/{url}", reason),
             )
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings, OPERATOR)
     client.hset(Keys(settings.redis_prefix).run_stats(RUN), mapping={"enqueued.bulk": 10, "retries": 2})
     client.close()
 

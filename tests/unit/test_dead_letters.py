@@ -12,10 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from dlq_consumer.record import bounded_record, json_safe, record_from_delivery
+from dlq_consumer.record import DeadLetterRecord, bounded_record, json_safe, record_from_delivery
 from dlq_consumer.replay import replay_publication
 from dlq_consumer.service import DeadLetterRecorder
-from dlq_consumer.store import DeadLetterRow
 from shared.consumer import Delivery, Outcome
 from shared.errors import ServiceUnavailable
 from shared.messages import ATTEMPT_HEADER, REPLAY_HEADER, CrawlTask, Failure, Progress
@@ -54,7 +53,11 @@ def test_our_failure_headers_say_why_and_where() -> None:
     assert (record.run_id, record.url) == ("run1", "https://example.com/a")
     assert (record.reason, record.last_error, record.http_status) == ("http_500", "server error", 500)
     assert (record.origin_queue, record.worker_id) == ("crawl.ttl", "worker-7")
-    assert (record.attempts, record.replays, record.first_failed_at) == (3, 1, 50.0)
+    assert (record.attempts, record.replays, record.first_failed_at) == (
+        3,
+        1,
+        dt.datetime(1970, 1, 1, 0, 0, 50, tzinfo=dt.UTC),
+    )
     assert record.x_death is None
     assert record.body == TASK.encode()
 
@@ -147,10 +150,23 @@ def test_a_real_delivery_is_accepted() -> None:
     assert record_from_delivery(delivery, NS).url == TASK.url
 
 
-def row(body: bytes, replays: int) -> DeadLetterRow:
+def row(body: bytes, replays: int) -> DeadLetterRecord:
     now = dt.datetime.now(dt.UTC)
-    return DeadLetterRow(
-        7, "run1", "u", "expired", "", None, 3, replays, "crawl.ttl", "", body, None, now, now, "dead", None
+    return DeadLetterRecord(
+        "run1",
+        "u",
+        "expired",
+        "",
+        None,
+        3,
+        replays,
+        "crawl.ttl",
+        "",
+        body,
+        None,
+        now,
+        id=7,
+        last_failed_at=now,
     )
 
 

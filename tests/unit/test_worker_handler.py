@@ -23,9 +23,10 @@ from shared.messages import (
 )
 from shared.settings import Settings
 from shared.topology import build_topology
-from worker.handler import CacheEntry, CrawlHandler, Response
+from worker.handler import CrawlHandler
 from worker.politeness import RATE_HEADROOM, DomainGate, PolitenessConfig, Reservation, Throttled, TryLater
 from worker.profiles import load_profiles
+from worker.response import CacheEntry, Response
 from worker.robots import Robots, RobotsAnswer
 from worker.store import PageRow, SkipRow
 
@@ -84,8 +85,9 @@ class FakeCache:
     def get(self, url: str) -> CacheEntry | None:
         return self.hit
 
-    def put(self, url: str, response: Response) -> None:
+    def put(self, url: str, response: Response) -> bool:
         self.puts.append(response)
+        return True
 
 
 class FakeLimiter:
@@ -181,7 +183,8 @@ class Rig:
 
 def ok_response(url: str = "http://a.test/p", from_cache: bool = False, **extra: Any) -> Response:
     return dataclasses.replace(
-        Response(url, 200, "text/html", HTML, None if from_cache else 12, from_cache), **extra
+        Response(url, 200, "text/html", HTML, fetch_ms=None if from_cache else 12, from_cache=from_cache),
+        **extra,
     )
 
 
@@ -204,7 +207,7 @@ def make(
     handler = CrawlHandler(
         settings=settings,
         topology=build_topology(settings),
-        fetch_for_thread=lambda: fetch,
+        fetch=fetch,
         cache=cache,
         gate=gate,
         robots=robots,
@@ -488,7 +491,7 @@ def test_benched_proxies_defer_without_charging_an_attempt() -> None:
 def test_stale_entry_is_revalidated_and_a_304_reuses_the_cached_body() -> None:
     stale = CacheEntry(ok_response(from_cache=True, etag='"v1"'), fresh=False)
     not_modified = Response(
-        "http://a.test/p", 304, "", b"", 5, False, not_modified=True, proxy="http://127.0.0.1:9"
+        "http://a.test/p", 304, "", b"", fetch_ms=5, not_modified=True, proxy="http://127.0.0.1:9"
     )
     rig = make(FakeFetch([not_modified]), cache=FakeCache(hit=stale))
     assert settled(rig.handler(delivery())) == Outcome.done()
@@ -509,7 +512,7 @@ def test_changed_page_replaces_the_cache_entry() -> None:
 
 
 def test_a_304_without_a_cache_entry_is_a_permanent_error() -> None:
-    rig = make(FakeFetch([Response("http://a.test/p", 304, "", b"", 5, False, not_modified=True)]))
+    rig = make(FakeFetch([Response("http://a.test/p", 304, "", b"", fetch_ms=5, not_modified=True)]))
     _, _, headers = only_publication(rig.handler(delivery()))
     assert headers[REASON_HEADER] == "http_304"
 
