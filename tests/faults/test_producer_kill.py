@@ -36,12 +36,12 @@ RUN = "killed-producer"
 
 
 def run_counters(settings: Settings) -> dict[str, int]:
-    client = redis.Redis.from_url(settings.redis_url)
+    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
     try:
         raw = client.hgetall(Keys(settings.redis_prefix).run_stats(RUN))
     finally:
         client.close()
-    return {key.decode(): int(value) for key, value in raw.items()}
+    return {str(key): int(value) for key, value in raw.items()}  # str already: decode_responses
 
 
 def kill_after(procs: Fleet, settings: Settings, published: int, site_args: list[str]) -> int:

@@ -42,7 +42,11 @@ def stored_by_worker(settings: Settings, run_id: str) -> dict[str, int]:
         rows = conn.execute(
             "SELECT worker_id, count(*) FROM pages WHERE run_id = %s GROUP BY worker_id", (run_id,)
         ).fetchall()
-    return {worker_id: count for worker_id, count in rows}
+    stored: dict[str, int] = {}
+    for worker_id, count in rows:
+        assert isinstance(worker_id, str) and isinstance(count, int)
+        stored[worker_id] = count
+    return stored
 
 
 def start_pool(procs: Fleet) -> tuple[subprocess.Popen[bytes], list[int]]:

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def client(settings: Settings) -> Iterator[DeferringRedis]:
     made = DeferringRedis.from_url(settings.redis_url)
+    assert isinstance(made, DeferringRedis)  # redis-py annotates from_url as making a plain Redis
     yield made
     made.close()
 

@@ -83,7 +83,7 @@ class FakeConnection:
         self.closed = False
         self.executed: list[Any] = []
 
-    def execute(self, query: str, params: Any = None) -> None:
+    def execute(self, query: object, params: object = None) -> None:
         self.executed.append(params)
 
     def commit(self) -> None:

@@ -352,7 +352,8 @@ def test_short_rate_limit_wait_happens_in_process() -> None:
     assert rig.time.slept == [0.3, 0.3]  # robots.txt, then the page
     assert len(rig.store.rows) == 1
     now_waits, now_waited_s = wait_metrics()
-    assert (now_waits - waits, now_waited_s - waited_s) == (2, pytest.approx(0.6))
+    assert now_waits - waits == 2
+    assert now_waited_s - waited_s == pytest.approx(0.6)
 
 
 def wait_metrics() -> tuple[float, float]:
