@@ -13,16 +13,9 @@ from shared.crawl_processes import CrawlFailed
 from shared.progress import Snapshot
 from shared.run_watch import RunWatch
 from shared.settings import Settings
+from tests.fakes import FakeTime
 
 pytestmark = pytest.mark.integration
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def closed_port() -> int:
@@ -48,7 +41,7 @@ def test_a_lost_postgresql_connection_shows_unknown_then_is_opened_again(setting
 
 def test_redis_away_shows_unknown_and_gives_up_only_after_the_outage_limit(settings: Settings) -> None:
     db.ensure_schema(settings)
-    clock = FakeClock()
+    clock = FakeTime(100.0)
     with RunWatch(settings, "watched", outage_limit_s=120, clock=clock) as watch:
         reachable = watch._redis
         watch._redis = redis.Redis(host="127.0.0.1", port=closed_port(), socket_connect_timeout=1)
