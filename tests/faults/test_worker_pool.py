@@ -77,7 +77,7 @@ def test_a_pool_shares_the_crawl_and_stops_as_one(
     assert procs.producer("pool", "--sitemap", web.sitemap_index).wait(timeout=60) == 0
 
     ledger = wait_for_ledger(settings, "pool", web.urls(), size.settle_s, check=procs.assert_alive)
-    assert ledger.lost == [] and ledger.duplicated == []
+    ledger.assert_every_url_once()
     assert len(ledger.stored) == PAGES
     by_worker = stored_by_worker(settings, "pool")
     assert set(by_worker) == {"pool-0", "pool-1"}, by_worker  # each forked worker has its own id
@@ -110,7 +110,7 @@ def test_a_worker_that_dies_is_started_again_and_loses_nothing(
 
     assert producer.wait(timeout=60) == 0
     ledger = wait_for_ledger(settings, "doomed", web.urls(), size.settle_s, check=procs.assert_alive)
-    assert ledger.lost == [] and ledger.duplicated == []
+    ledger.assert_every_url_once()
     assert len(ledger.stored) == PAGES
     assert set(ledger.stored.values()) == {0}  # the crash was charged to no URL
     assert set(stored_by_worker(settings, "doomed")) == {"doomed-0", "doomed-1"}  # same ids again
