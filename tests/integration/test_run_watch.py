@@ -3,8 +3,6 @@ figures again once the service is back, and a clear failure only after a long ou
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import redis
 
@@ -14,15 +12,9 @@ from shared.progress import Snapshot
 from shared.run_watch import RunWatch
 from shared.settings import Settings
 from tests.fakes import FakeTime
+from tests.ports import closed_port
 
 pytestmark = pytest.mark.integration
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port  # nothing listens on it once the probe is closed
 
 
 def test_a_lost_postgresql_connection_shows_unknown_then_is_opened_again(settings: Settings) -> None:

@@ -18,15 +18,9 @@ from shared.errors import ConfigError, ServiceUnavailable
 from shared.messages import CrawlTask, Failure
 from shared.settings import Settings
 from tests.fakes import FakeDeadLetterConnection
+from tests.ports import free_port
 
 pytestmark = pytest.mark.unit
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def on_port(port: int) -> Settings:
