@@ -224,14 +224,14 @@ def json_safe(value: Any) -> Any:
         }
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value[:MAX_X_DEATH_ENTRIES]]
+    return _json_safe_scalar(value)
+
+
+def _json_safe_scalar(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         return value.isoformat()
     if isinstance(value, bytes):
-        value = value[:MAX_ERROR_CHARS]
-        try:
-            return _clean(value.decode("utf-8"))
-        except UnicodeDecodeError:
-            return "base64:" + base64.b64encode(value).decode("ascii")
+        return _bytes_as_text(value[:MAX_ERROR_CHARS])
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, str):
@@ -252,6 +252,14 @@ def _as_time(epoch_s: float | None) -> dt.datetime | None:
 
 def _iso(moment: dt.datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
+
+
+def _bytes_as_text(value: bytes) -> str:
+    """UTF-8 as the text it is; anything else in base64, marked as such."""
+    try:
+        return _clean(value.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(value).decode("ascii")
 
 
 def _as_text(value: Any) -> str:

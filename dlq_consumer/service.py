@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "dlq-consumer"
 
-Connect = Callable[[Settings], store.Connection]
+Connect = Callable[[Settings], store.RecordWriter]
 
 
 class DeadLetterRecorder:
@@ -34,7 +34,7 @@ class DeadLetterRecorder:
     def __init__(self, settings: Settings, connect: Connect = db.connect) -> None:
         self._settings = settings
         self._connect = connect
-        self._conn: store.Connection | None = None
+        self._conn: store.RecordWriter | None = None
 
     def __call__(self, delivery: Delivery) -> Outcome:
         record = record_from_delivery(delivery, self._settings.crawl_namespace)
@@ -75,7 +75,7 @@ class DeadLetterRecorder:
             self._discard_connection()  # it may be mid-transaction or broken: start clean
             raise
 
-    def _connection(self) -> store.Connection:
+    def _connection(self) -> store.RecordWriter:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect(self._settings)
         return self._conn

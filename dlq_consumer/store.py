@@ -6,8 +6,9 @@ that dies again turns its row back to 'dead' instead of adding a second one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, LiteralString, Protocol
 
 import psycopg
 from psycopg import sql
@@ -20,6 +21,21 @@ State = Literal["dead", "replayed", "all"]
 STATES: tuple[State, ...] = ("dead", "replayed", "all")
 
 Connection = psycopg.Connection[Any]
+
+
+class RecordWriter(Protocol):
+    """What writing a record takes of a connection: a psycopg connection has it, and so can a
+    small fake in a unit test."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def execute(self, query: LiteralString, params: Mapping[str, Any]) -> object: ...
+
+    def commit(self) -> None: ...
+
+    def close(self) -> None: ...
+
 
 UPSERT_DEAD_LETTER = """
 INSERT INTO dead_letters (run_id, url, reason, last_error, http_status, attempts, replays,
@@ -83,7 +99,7 @@ class Selection:
         return sql.SQL(" AND ").join(clauses), params
 
 
-def upsert(conn: Connection, record: DeadLetterRecord) -> None:
+def upsert(conn: RecordWriter, record: DeadLetterRecord) -> None:
     """Insert or rewrite the row of this URL; the caller commits."""
     conn.execute(
         UPSERT_DEAD_LETTER,

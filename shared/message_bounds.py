@@ -46,6 +46,11 @@ TaskFields = tuple[str, str, str, int, str | None, str | None, float | None, str
 def task_fields(data: dict[str, Any]) -> TaskFields:
     """The fields of a task, in CrawlTask's order, each checked for type and bounds."""
     # Checked one by one with plain type() tests: this runs for every page a worker handles.
+    return _addressing_fields(data) + _descriptive_fields(data)
+
+
+def _addressing_fields(data: dict[str, Any]) -> tuple[str, str, str, int]:
+    """What the page is, which run it belongs to, and which queue and priority it travels with."""
     url, run_id, queue = data.get("url"), data.get("run_id"), data.get("queue")
     if type(url) is not str or not 0 < len(url) <= MAX_URL_CHARS or _NOT_IN_A_URL.search(url):
         raise InvalidMessage(f"field 'url': expected 1 to {MAX_URL_CHARS} characters, got {shape(url)}")
@@ -58,6 +63,14 @@ def task_fields(data: dict[str, Any]) -> TaskFields:
     priority = data.get("priority", 0)
     if type(priority) is not int or not 0 <= priority <= MAX_MESSAGE_PRIORITY:
         raise InvalidMessage(f"field 'priority': expected 0 to {MAX_MESSAGE_PRIORITY}, got {shape(priority)}")
+    return url, run_id, queue, priority
+
+
+def _descriptive_fields(
+    data: dict[str, Any],
+) -> tuple[str | None, str | None, float | None, str, float, str | None]:
+    """What the sitemap said of the page, where it was found, when it was queued, and the run it
+    is a recrawl of."""
     lastmod, changefreq = data.get("lastmod"), data.get("changefreq")
     for name, text in (("lastmod", lastmod), ("changefreq", changefreq)):
         if text is not None and (
@@ -84,18 +97,7 @@ def task_fields(data: dict[str, Any]) -> TaskFields:
     recrawl_of = data.get("recrawl_of")
     if recrawl_of is not None and (type(recrawl_of) is not str or not RUN_ID_PATTERN.fullmatch(recrawl_of)):
         raise InvalidMessage(f"field 'recrawl_of': expected null or a run id, got {shape(recrawl_of)}")
-    return (
-        url,
-        run_id,
-        queue,
-        priority,
-        lastmod,
-        changefreq,
-        sitemap_priority,
-        source,
-        enqueued_at,
-        recrawl_of,
-    )
+    return lastmod, changefreq, sitemap_priority, source, enqueued_at, recrawl_of
 
 
 def header_count(headers: Mapping[str, Any], name: str, strict: bool) -> int:

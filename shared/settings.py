@@ -14,7 +14,7 @@ import os
 import re
 import socket
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
@@ -29,16 +29,54 @@ URL_SCHEMES = {
     "rabbitmq_management_url": ("http", "https"),
 }
 FILE_SETTINGS = ("politeness_file", "extraction_profiles_file", "routing_file")
-# Durations that must be positive, and amounts that must not be negative.
-POSITIVE_SECONDS = (
+MAX_RULES_FILE_BYTES = 10 * 1024 * 1024
+# The settings checked by value alone, by what each must be.
+AT_LEAST_ONE = (
+    "max_attempts",
+    "fetch_concurrency",
+    "worker_processes",
+    "max_redirects",
+    "max_body_bytes",
+    "publish_batch_size",
+    "parse_max_nodes",
+    "parse_max_depth",
+    "max_concurrent_per_domain",
+    "proxy_max_failures",
+)
+POSITIVE = (
     "ttl_queue_expiry_s",
     "fetch_connect_timeout_s",
     "fetch_read_timeout_s",
     "fetch_deadline_s",
     "cache_ttl_s",
+    "rate_limit_rps",
+    "robots_ttl_s",
+    "proxy_bench_s",
+    "max_domain_pause_s",
+    "parse_deadline_s",
 )
-MAX_RULES_FILE_BYTES = 10 * 1024 * 1024
-NOT_NEGATIVE = ("heartbeat_s", "max_inline_wait_s", "max_sitemap_depth", "cache_max_body_bytes")
+NOT_NEGATIVE = (
+    "heartbeat_s",
+    "max_inline_wait_s",
+    "max_sitemap_depth",
+    "cache_max_body_bytes",
+    "host_spread_window",
+    "cache_fresh_s",
+    "metrics_linger_s",
+)
+# Each test holds for the values allowed, so a NaN (which compares false) is refused too.
+_BOUNDS: tuple[tuple[tuple[str, ...], Callable[[float], bool], str], ...] = (
+    (AT_LEAST_ONE, lambda value: value >= 1, "must be at least 1"),
+    (POSITIVE, lambda value: value > 0, "must be positive"),
+    (NOT_NEGATIVE, lambda value: value >= 0, "must be 0 or more"),
+)
+CHOICES = {
+    "queue_type": ("classic", "quorum"),
+    "proxy_rotation": ("round_robin", "random"),
+    "log_format": ("text", "json"),
+}
+# Names that become parts of queue names, Redis keys and a PostgreSQL schema name.
+NAME_SETTINGS = ("crawl_namespace", "redis_prefix", "pg_schema")
 # A password in a URL's user info (up to its last '@'), or given as a libpq parameter.
 _PASSWORDS = (re.compile(r"(://[^/@:]*:)[^/]*@"), re.compile(r"(password=)[^&\s]*", re.IGNORECASE))
 
@@ -142,61 +180,19 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        if self.queue_type not in ("classic", "quorum"):
-            raise ConfigError(f"QUEUE_TYPE: expected 'classic' or 'quorum', got {self.queue_type!r}")
-        if self.max_attempts < 1:
-            raise ConfigError(f"MAX_ATTEMPTS: must be at least 1, got {self.max_attempts}")
+        """Refuse settings that cannot work, with a one-line ConfigError naming the variable."""
+        _check_values(self)
         if not self.retry_delays_s or any(d <= 0 for d in self.retry_delays_s):
             raise ConfigError("RETRY_DELAYS_S: expected positive seconds, e.g. '5,30'")
-        for name in (
-            "fetch_concurrency",
-            "worker_processes",
-            "max_redirects",
-            "max_body_bytes",
-            "publish_batch_size",
-            "parse_max_nodes",
-            "parse_max_depth",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name.upper()}: must be at least 1")
-        if self.rate_limit_rps <= 0:
-            raise ConfigError(f"RATE_LIMIT_RPS: must be positive, got {self.rate_limit_rps}")
-        if self.max_concurrent_per_domain < 1 or self.proxy_max_failures < 1:
-            raise ConfigError("MAX_CONCURRENT_PER_DOMAIN and PROXY_MAX_FAILURES: must be at least 1")
-        for name in ("robots_ttl_s", "proxy_bench_s", "max_domain_pause_s", "parse_deadline_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name.upper()}: must be positive")
-        if self.host_spread_window < 0:
-            raise ConfigError(f"HOST_SPREAD_WINDOW: must be 0 or more, got {self.host_spread_window}")
-        if self.cache_fresh_s < 0:
-            raise ConfigError(f"CACHE_FRESH_S: must be 0 or more, got {self.cache_fresh_s}")
-        if self.proxy_rotation not in ("round_robin", "random"):
-            raise ConfigError(
-                f"PROXY_ROTATION: expected 'round_robin' or 'random', got {self.proxy_rotation!r}"
-            )
-        if self.log_format not in ("text", "json"):
-            raise ConfigError(f"LOG_FORMAT: expected 'text' or 'json', got {self.log_format!r}")
-        if self.metrics_linger_s < 0:
-            raise ConfigError(f"METRICS_LINGER_S: must be 0 or more, got {self.metrics_linger_s}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"METRICS_PORT: expected 0 (off) or a TCP port, got {self.metrics_port}")
+        if self.log_level.upper() not in logging.getLevelNamesMapping():
+            raise ConfigError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         if self.fetch_allowlist.strip():
             # Imported here: the guard pulls in requests, which settings alone do not need.
             from shared.netguard import parse_allowlist
 
             parse_allowlist(self.fetch_allowlist)  # raises ConfigError naming a bad entry
-        for name in ("crawl_namespace", "redis_prefix", "pg_schema"):
-            value = getattr(self, name)
-            if not value.replace("_", "").replace("-", "").isalnum():
-                raise ConfigError(f"{name.upper()}: use letters, digits, '-' or '_', got {value!r}")
-        for name in POSITIVE_SECONDS:
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name.upper()}: must be positive, got {getattr(self, name)}")
-        for name in NOT_NEGATIVE:
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name.upper()}: must be 0 or more, got {getattr(self, name)}")
-        if self.log_level.upper() not in logging.getLevelNamesMapping():
-            raise ConfigError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         for name, schemes in URL_SCHEMES.items():
             _check_url(name.upper(), getattr(self, name), schemes)
         _check_with_client_libraries(self)
@@ -207,6 +203,24 @@ class Settings:
     def retry_delay_s(self, attempt: int) -> float:
         """Delay before the attempt after `attempt` failed ones (1-based); the last delay repeats."""
         return self.retry_delays_s[min(attempt, len(self.retry_delays_s)) - 1]
+
+
+def _check_values(settings: Settings) -> None:
+    """The checks that need nothing but the value: bounds, choices and names."""
+    for names, holds, requirement in _BOUNDS:
+        for name in names:
+            value = getattr(settings, name)
+            if not holds(value):
+                raise ConfigError(f"{name.upper()}: {requirement}, got {value}")
+    for name, choices in CHOICES.items():
+        value = getattr(settings, name)
+        if value not in choices:
+            expected = " or ".join(repr(choice) for choice in choices)
+            raise ConfigError(f"{name.upper()}: expected {expected}, got {value!r}")
+    for name in NAME_SETTINGS:
+        value = getattr(settings, name)
+        if not value.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError(f"{name.upper()}: use letters, digits, '-' or '_', got {value!r}")
 
 
 def _parse(name: str, raw: str, hint: Any) -> Any:

@@ -152,13 +152,17 @@ def _translate_errors(url: str, via_proxy: bool = False) -> Iterator[None]:
         raise TransientError("connection_error", f"{url}: {exc}") from None
     except requests.exceptions.RequestException as exc:
         raise TransientError("request_error", f"{url}: {exc}") from None
-    # The body is read from urllib3 directly (see _read_body), so its errors arrive raw.
-    except urllib3.exceptions.TimeoutError as exc:
-        raise TransientError("timeout", f"{url}: {exc}") from None
-    except urllib3.exceptions.DecodeError as exc:
-        raise PermanentError("bad_content_encoding", f"{url}: {exc}") from None
     except urllib3.exceptions.HTTPError as exc:
-        raise TransientError("connection_error", f"{url}: {exc}") from None
+        raise _from_urllib3(url, exc) from None
+
+
+def _from_urllib3(url: str, exc: urllib3.exceptions.HTTPError) -> TransientError | PermanentError:
+    # The body is read from urllib3 directly (see _read_body), so its errors arrive raw.
+    if isinstance(exc, urllib3.exceptions.TimeoutError):
+        return TransientError("timeout", f"{url}: {exc}")
+    if isinstance(exc, urllib3.exceptions.DecodeError):
+        return PermanentError("bad_content_encoding", f"{url}: {exc}")
+    return TransientError("connection_error", f"{url}: {exc}")
 
 
 def _require_http_url(url: str) -> None:

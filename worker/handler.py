@@ -164,16 +164,9 @@ class CrawlHandler:
             return self._dead_letter(
                 delivery.body, delivery.queue, Progress.from_headers(delivery.headers), exc
             )
-        if self.run_states is not None:
-            state = self.run_states.state(task.run_id)
-            if state == PAUSED:
-                return self._hold(delivery.body, task, progress)
-            if state == CANCELLED:
-                # A second copy of a URL already stored or skipped keeps that one outcome:
-                # a `cancelled` skip on top would count the URL twice.
-                if self._already_handled(task, progress):
-                    return Outcome.done()
-                return self._skip(task, "cancelled", "the run was cancelled by an operator", progress)
+        held_or_cancelled = self._by_run_state(delivery.body, task, progress)
+        if held_or_cancelled is not None:
+            return held_or_cancelled
         try:
             with metrics.FETCHES_IN_FLIGHT.track_inprogress():
                 return self._crawl(task, progress)
@@ -190,6 +183,21 @@ class CrawlHandler:
         except PermanentError as exc:
             failed = progress.failed_once_more(self.clock())
             return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
+
+    def _by_run_state(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome | None:
+        """The outcome of a task of a paused or cancelled run; None for a run that goes on."""
+        if self.run_states is None:
+            return None
+        state = self.run_states.state(task.run_id)
+        if state == PAUSED:
+            return self._hold(body, task, progress)
+        if state == CANCELLED:
+            # A second copy of a URL already stored or skipped keeps that one outcome:
+            # a `cancelled` skip on top would count the URL twice.
+            if self._already_handled(task, progress):
+                return Outcome.done()
+            return self._skip(task, "cancelled", "the run was cancelled by an operator", progress)
+        return None
 
     def _already_handled(self, task: CrawlTask, progress: Progress) -> bool:
         if self.handled is None or progress.replays or not self.handled.already_handled(task):

@@ -212,6 +212,10 @@ class HtmlTreeBuilder(LXMLTreeBuilder):
         stack.append(element)
         soup.currentTag = element
         soup.open_tag_counter[tag] += 1
+        self._push_on_special_stacks(soup, element, tag)
+
+    def _push_on_special_stacks(self, soup: Any, element: Tag, tag: str) -> None:
+        """<pre>-like tags and string containers (<script>, <style>, ...) have stacks of their own."""
         if tag in self.preserve_whitespace_tags:
             soup.preserve_whitespace_tag_stack.append(element)
         if tag in self.string_containers:

@@ -202,17 +202,22 @@ class _Scan:
         # An SVG <title> is a tooltip of a drawing, not the page's title.
         if name in self._seen or (name == "title" and in_svg):
             return
+        if self._read_first(tag, name):
+            self._seen.add(name)
+
+    def _read_first(self, tag: Tag, name: str) -> bool:
+        """Take the field the first tag of this name gives; False for one that gives none."""
         if name == "title":
             self.title = _collapse(tag.get_text()) or None
         elif name == "meta":
             if (_attr(tag, "name") or "").lower() != "description":
-                return
+                return False
             content = _attr(tag, "content")
             self.description = _collapse(content) if content else None
         elif name == "link":
             href = _attr(tag, "href")
             if "canonical" not in (_attr(tag, "rel") or "").lower().split() or not href:
-                return
+                return False
             self.canonical_href = href
         elif name == "base":
             self.base_href = _attr(tag, "href")
@@ -220,7 +225,7 @@ class _Scan:
             self.lang = _attr(tag, "lang")
         elif name == "h1":
             self.h1 = _collapse(tag.get_text(" "))
-        self._seen.add(name)
+        return True
 
 
 def _first_body(soup: BeautifulSoup) -> Tag | None:

@@ -48,79 +48,101 @@ def run_pool(
     # Objects made so far (the imported modules) are never collected: frozen, the collector in
     # each worker leaves them alone instead of touching, and so copying, their shared pages.
     gc.freeze()
-    children: dict[int, int] = {}  # pid -> index
-    policies = {index: policy() for index in range(processes)}
-    restart_at: dict[int, float] = {}  # index -> monotonic time of its next fork
-    stopping = False
+    pool = _Pool(processes, serve, name_of, policy)
+    signal.signal(signal.SIGTERM, pool.stop_all)
+    signal.signal(signal.SIGINT, pool.stop_all)
+    for index in range(processes):
+        pool.fork(index)
+    log.info("worker pool of %d processes started: %s", processes, ", ".join(map(str, pool.children)))
+    return pool.supervise()
 
-    def stop_all(signum: int = signal.SIGTERM, _frame: object = None) -> None:
-        nonlocal stopping
-        stopping = True
-        for pid in children:
+
+class _Pool:
+    """The parent's view: which pid runs which worker, and when each dead one is due again."""
+
+    def __init__(
+        self,
+        processes: int,
+        serve: Callable[[int], int],
+        name_of: Callable[[int], str],
+        policy: Callable[[], RestartPolicy],
+    ) -> None:
+        self.serve = serve
+        self.name_of = name_of
+        self.parent = os.getpid()
+        self.children: dict[int, int] = {}  # pid -> index
+        self.policies = {index: policy() for index in range(processes)}
+        self.restart_at: dict[int, float] = {}  # index -> monotonic time of its next fork
+        self.stopping = False
+        self.code = 0
+
+    def stop_all(self, signum: int = signal.SIGTERM, _frame: object = None) -> None:
+        self.stopping = True
+        for pid in self.children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 
-    parent = os.getpid()
-    signal.signal(signal.SIGTERM, stop_all)
-    signal.signal(signal.SIGINT, stop_all)
-
-    def fork(index: int) -> bool:
+    def fork(self, index: int) -> bool:
         # Held back across the fork: a stop arriving now waits until the parent knows this
         # worker's pid, and until the worker has put back the default handlers (it must not
         # run the parent's, which would stop its siblings).
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        if stopping:  # a stop that came after the caller looked: stop_all() has been and gone
+        if self.stopping:  # a stop that came after the caller looked: stop_all() has been and gone
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
             return False
         pid = os.fork()
         if pid == 0:
-            os._exit(_serve_in_child(index, parent, serve))  # never back into the parent's frames
-        children[pid] = index
+            os._exit(_serve_in_child(index, self.parent, self.serve))  # never back into the parent's frames
+        self.children[pid] = index
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         return True
 
-    for index in range(processes):
-        fork(index)
-    log.info("worker pool of %d processes started: %s", processes, ", ".join(map(str, children)))
-    code = 0
-    while children or (restart_at and not stopping):
-        if not stopping:
-            for index, at in list(restart_at.items()):
-                if time.monotonic() >= at:
-                    del restart_at[index]
-                    if fork(index):
-                        log.info("%s started again", name_of(index))
-        pid, status = _reap()
-        if pid == 0:
-            time.sleep(_REAP_POLL_S)
-            continue
-        index = children.pop(pid)
+    def supervise(self) -> int:
+        """Reap and restart workers until all have ended after a stop; return the exit code."""
+        while self.children or (self.restart_at and not self.stopping):
+            if not self.stopping:
+                self._fork_those_due()
+            pid, status = _reap()
+            if pid == 0:
+                time.sleep(_REAP_POLL_S)
+                continue
+            self._ended(pid, status)
+        return self.code
+
+    def _fork_those_due(self) -> None:
+        for index, at in list(self.restart_at.items()):
+            if time.monotonic() >= at:
+                del self.restart_at[index]
+                if self.fork(index):
+                    log.info("%s started again", self.name_of(index))
+
+    def _ended(self, pid: int, status: int) -> None:
+        index = self.children.pop(pid)
         exit_code = os.waitstatus_to_exitcode(status)
         worker_code = 128 - exit_code if exit_code < 0 else exit_code
-        if stopping:
-            code = code or worker_code
-            continue
-        delay = policies[index].after_exit()
+        if self.stopping:
+            self.code = self.code or worker_code
+            return
+        delay = self.policies[index].after_exit()
         if delay is None:
             log.error(
                 "%s keeps dying (%s, last with code %d): not starting it again, and stopping the "
                 "pool; its own lines in this log, just above, say why",
-                name_of(index),
-                policies[index].describe_giving_up(),
+                self.name_of(index),
+                self.policies[index].describe_giving_up(),
                 worker_code,
             )
-            code = worker_code
-            stop_all()
-            continue
+            self.code = worker_code
+            self.stop_all()
+            return
         log.warning(
             "%s (pid %d) ended with code %d; starting it again in %.1f s",
-            name_of(index),
+            self.name_of(index),
             pid,
             worker_code,
             delay,
         )
-        restart_at[index] = time.monotonic() + delay
-    return code
+        self.restart_at[index] = time.monotonic() + delay
 
 
 def _reap() -> tuple[int, int]:

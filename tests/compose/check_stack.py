@@ -268,7 +268,7 @@ def expressions_without_data(base: str, start: float, end: float) -> list[str]:
     for expr in dashboard_expressions():
         answer = requests.get(
             f"{base}/api/v1/query_range",
-            params={"query": expr, "start": start, "end": end, "step": "15s"},
+            params={"query": expr, "start": str(start), "end": str(end), "step": "15s"},
             timeout=30,
         ).json()
         check(answer.get("status") == "success", f"Prometheus refused {expr!r}: {answer}")
@@ -407,7 +407,8 @@ def check_dashboard_has_data(stack: Stack, prometheus: str, start: float, end: f
 
     def worker_processes_up() -> bool:
         targets = prometheus_targets(prometheus)
-        return sum(t["labels"]["job"] == "worker" and t["health"] == "up" for t in targets) == processes
+        up = [t for t in targets if t["labels"]["job"] == "worker" and t["health"] == "up"]
+        return len(up) == processes
 
     wait_for(f"Prometheus to scrape {processes} worker processes", worker_processes_up, 120)
     say(f"Prometheus scrapes {processes} worker processes ({WORKERS} containers x {WORKER_PROCESSES})")

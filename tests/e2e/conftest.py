@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
+import requests
 
 from demo_site.config import SiteConfig
 from demo_site.server import DemoSite
+from ops.accounting import Accounting, account
 from shared.settings import Settings
 
 
@@ -33,3 +39,38 @@ def service_env(settings: Settings, **overrides: str) -> dict[str, str]:
         "FETCH_ALLOWLIST": "127.0.0.0/8",  # the demo site is on loopback, which the guard refuses
         **overrides,
     }
+
+
+def produce(settings: Settings, site: DemoSite, run_id: str, **env: str) -> int:
+    """Run the producer over the demo site's sitemaps to the end; the URLs it enqueued."""
+    result = subprocess.run(
+        [sys.executable, "-m", "producer", "--run-id", run_id, "--sitemap", site.config.sitemap_index_url],
+        env=service_env(settings, **env),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return int(json.loads(result.stdout)["enqueued_total"])
+
+
+def wait_until_accounted(
+    settings: Settings, run_id: str, expected: int, check_alive: Callable[[], None], timeout_s: float = 180
+) -> Accounting:
+    """Wait until `expected` URLs of the run have an outcome, checking the services stay up."""
+    deadline = time.monotonic() + timeout_s
+    while (accounting := account(settings, run_id)).accounted < expected:
+        assert time.monotonic() < deadline, f"run {run_id} did not finish in {timeout_s} s"
+        check_alive()
+        time.sleep(0.25)
+    return accounting
+
+
+def metric_total(port: int, name: str) -> float:
+    """Sum of every series of one metric, as Prometheus would scrape it."""
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((f"{name}{{", f"{name} "))
+    )

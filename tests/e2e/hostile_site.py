@@ -28,10 +28,9 @@ from __future__ import annotations
 import collections
 import gzip
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
-HOST = "127.0.0.1"
+from tests.local_site import LocalServer, LocalSite, QuietHandler
+
 DRIP_S = 0.2
 HTML = "text/html; charset=utf-8"
 NORMAL = (
@@ -88,61 +87,8 @@ def _fixed_pages() -> dict[str, tuple[str, bytes, dict[str, str]]]:
     }
 
 
-class HostileSite:
-    def __init__(self, generated: list[tuple[str, bytes]] | None = None) -> None:
-        self.generated = generated or []  # (Content-Type, body) served at /generated/<n>.html
-        self.pages = _fixed_pages()
-        self.hits: collections.Counter[str] = collections.Counter()
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        self._server: _Server | None = None
-
-    @property
-    def root(self) -> str:
-        assert self._server is not None, "start the site first"
-        return f"http://{HOST}:{self._server.server_address[1]}"
-
-    def url(self, path: str) -> str:
-        return self.root + path
-
-    def start(self) -> HostileSite:
-        self._server = _Server((HOST, 0), self)
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
-        ).start()
-        return self
-
-    def stop(self) -> None:
-        self.stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self) -> HostileSite:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], site: HostileSite) -> None:
-        self.site = site
-        super().__init__(address, _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Silenced: a fetcher hanging up on a drip or a bomb is what should happen."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silenced: the site counts requests itself."""
+class _Handler(QuietHandler):
+    server: LocalServer[HostileSite]
 
     def do_GET(self) -> None:
         site = self.server.site
@@ -150,16 +96,16 @@ class _Handler(BaseHTTPRequestHandler):
         with site.lock:
             site.hits[path] += 1
         if path == "/robots.txt":
-            return self._send(200, "text/plain", b"User-agent: *\nAllow: /\n")
+            return self.send(200, "text/plain", b"User-agent: *\nAllow: /\n")
         if path.startswith("/normal/"):
-            return self._send(200, HTML, NORMAL.format(path=path, filler="lorem ipsum " * 20).encode())
+            return self.send(200, HTML, NORMAL.format(path=path, filler="lorem ipsum " * 20).encode())
         if path.startswith("/redirect/"):
             n = int(path.split("/")[2].split(".")[0])
-            return self._send(302, HTML, b"", {"Location": f"/redirect/{n + 1}.html"})
+            return self.send(302, HTML, b"", {"Location": f"/redirect/{n + 1}.html"})
         if path.startswith("/generated/"):
             n = int(path.split("/")[2].split(".")[0])
             content_type, body = site.generated[n]
-            return self._send(200, content_type, body)
+            return self.send(200, content_type, body)
         if path == "/drip-headers.html":
             return self._drip(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Drip: " + b"a" * 5_000)
         if path == "/drip-body.html":
@@ -168,22 +114,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._drip(b"<html>" + b"a" * 99_994)
         if path in site.pages:
             content_type, body, headers = site.pages[path]
-            return self._send(200, content_type, body, headers)
-        return self._send(404, "text/plain", b"not found\n")
-
-    def _send(
-        self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None
-    ) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:
-            self.close_connection = True  # the fetcher hung up (a cap or a deadline): fine
+            return self.send(200, content_type, body, headers)
+        return self.send(404, "text/plain", b"not found\n")
 
     def _drip(self, data: bytes) -> None:
         self.close_connection = True
@@ -194,3 +126,19 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(data[i : i + 1])
         except OSError:
             return
+
+
+class HostileSite(LocalSite):
+    handler = _Handler
+
+    def __init__(self, generated: list[tuple[str, bytes]] | None = None) -> None:
+        super().__init__()
+        self.generated = generated or []  # (Content-Type, body) served at /generated/<n>.html
+        self.pages = _fixed_pages()
+        self.hits: collections.Counter[str] = collections.Counter()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        self.stopping.set()  # a dripping answer ends now instead of minutes later
+        super().stop()

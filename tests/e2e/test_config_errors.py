@@ -103,10 +103,12 @@ def run(entry: str, variable: str, value: str, bad_toml: Path) -> subprocess.Com
 def test_every_bad_setting_is_one_line_and_exit_2_in_every_entry_point(tmp_path: Path) -> None:
     bad_toml = tmp_path / "rules.toml"
     bad_toml.write_text('[domains."a.test"\nrate_limit_rps = \n')
-    cases = [(entry, variable, value) for variable, value in BAD_SETTINGS for entry in ENTRY_POINTS]
+    cases: list[tuple[str, str, str]] = [
+        (entry, variable, value) for variable, value in BAD_SETTINGS for entry in ENTRY_POINTS
+    ]
     cases += [("worker", variable, value) for variable, value in WORKER_ONLY_SETTINGS]
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda case: run(*case, bad_toml), cases))
+        results = list(pool.map(lambda case: run(case[0], case[1], case[2], bad_toml), cases))
     wrong = []
     for (entry, variable, value), result in zip(cases, results, strict=True):
         output = (result.stdout + result.stderr).strip()

@@ -3,20 +3,15 @@ the retry counter keeps counting failures only."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from demo_site.server import DemoSite
-from ops.accounting import account
 from ops.crawl import Processes
 from shared.settings import Settings
-from tests.e2e.conftest import service_env
-from tests.e2e.test_metrics import free_port, metric_total
+from tests.e2e.conftest import metric_total, produce, service_env, wait_until_accounted
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -34,28 +29,8 @@ def test_rate_limit_waits_and_deferrals_move_and_are_not_retries(
     procs.env = env
     procs.start("dlq_consumer", "dlq_consumer")
     try:
-        producer = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "producer",
-                "--run-id",
-                "e2e-defer",
-                "--sitemap",
-                demo_site.config.sitemap_index_url,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        expected = json.loads(producer.stdout)["enqueued_total"]
-        deadline = time.monotonic() + 180
-        while (a := account(settings, "e2e-defer")).accounted < expected:
-            assert time.monotonic() < deadline, "crawl did not finish"
-            procs.check_alive()
-            time.sleep(0.25)
+        expected = produce(settings, demo_site, "e2e-defer", **POLITE)
+        a = wait_until_accounted(settings, "e2e-defer", expected, procs.check_alive)
 
         assert a.accounted == expected
         assert metric_total(port, "crawl_rate_limit_waits_total") > 0

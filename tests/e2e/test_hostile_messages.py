@@ -107,7 +107,7 @@ bad_headers = st.one_of(
     st.builds(lambda value: {FIRST_FAILURE_HEADER: value}, st.sampled_from([-5, 10**18, "soon", True])),
     st.just({"x-death": "not a list", "crawl-attempt": 1}),
 )
-dead_letter_headers = st.one_of(
+dead_letter_headers: st.SearchStrategy[dict[str, object]] = st.one_of(
     st.just({}),
     # Headers must fit in one AMQP frame (128 KiB here): the broker refuses larger ones itself.
     st.just({REASON_HEADER: "r" * 20_000, ERROR_HEADER: "e" * 100_000, STATUS_HEADER: 10**18}),

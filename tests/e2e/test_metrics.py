@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,25 +22,10 @@ from ops.accounting import account
 from ops.crawl import Processes
 from shared import metrics
 from shared.settings import Settings
-from tests.e2e.conftest import service_env
+from tests.e2e.conftest import metric_total, produce, service_env, wait_until_accounted
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def metric_total(port: int, name: str) -> float:
-    """Sum of every series of one metric, as Prometheus would scrape it."""
-    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith((f"{name}{{", f"{name} "))
-    )
 
 
 def test_scraped_counters_equal_the_stored_and_dead_letter_counts(
@@ -54,28 +38,8 @@ def test_scraped_counters_equal_the_stored_and_dead_letter_counts(
     procs.env = {**procs.env, "METRICS_PORT": str(worker_port)}
     procs.start("worker", "worker")
     try:
-        producer = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "producer",
-                "--run-id",
-                "e2e-metrics",
-                "--sitemap",
-                demo_site.config.sitemap_index_url,
-            ],
-            env=service_env(settings),
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        expected = json.loads(producer.stdout)["enqueued_total"]
-        deadline = time.monotonic() + 180
-        while (a := account(settings, "e2e-metrics")).accounted < expected:
-            assert time.monotonic() < deadline, "crawl did not finish"
-            procs.check_alive()
-            time.sleep(0.25)
+        expected = produce(settings, demo_site, "e2e-metrics")
+        a = wait_until_accounted(settings, "e2e-metrics", expected, procs.check_alive)
         assert metric_total(worker_port, "crawl_pages_stored_total") == a.stored
         assert metric_total(dlq_port, "crawl_dead_letters_total") == a.dead
         assert metric_total(worker_port, "crawl_retries_total") == a.retries
@@ -183,7 +147,7 @@ class Scrapes:
         return {name for name, value in self.largest.items() if value > 0}
 
 
-def produce(env: dict[str, str], tmp_path: Path, run_id: str, root: str, scrapes: Scrapes) -> int:
+def produce_and_scrape(env: dict[str, str], tmp_path: Path, run_id: str, root: str, scrapes: Scrapes) -> int:
     """Run the producer with a metrics port, read its summary, scrape it once, and check that
     this one scrape is what lets it exit. Returns the number of URLs it enqueued."""
     port = free_port()
@@ -254,7 +218,7 @@ def test_every_declared_metric_moves_in_a_crawl(settings: Settings, tmp_path: Pa
         with LoggedSite(moving_site_route) as site:
             root = site.url("/")
             for run_id in ("moving-1", "moving-2"):
-                expected = produce(env, tmp_path, run_id, root, scrapes)
+                expected = produce_and_scrape(env, tmp_path, run_id, root, scrapes)
                 crawl_until_accounted(
                     settings, run_id, expected, [(dlq, dlq_port), (revalidating, revalidating_port)], scrapes
                 )
@@ -263,7 +227,7 @@ def test_every_declared_metric_moves_in_a_crawl(settings: Settings, tmp_path: Pa
             trusting = Service(
                 "worker", {**env, "METRICS_PORT": str(trusting_port), "CACHE_FRESH_S": "3600"}, tmp_path
             )
-            expected = produce(env, tmp_path, "moving-3", root, scrapes)
+            expected = produce_and_scrape(env, tmp_path, "moving-3", root, scrapes)
             crawl_until_accounted(
                 settings, "moving-3", expected, [(dlq, dlq_port), (trusting, trusting_port)], scrapes
             )

@@ -27,7 +27,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 def rows(settings: Settings, query: str, *params: object) -> list[tuple[object, ...]]:
     with db.connect(settings, autocommit=True) as conn:
-        return list(conn.execute(query, params))  # type: ignore[arg-type]
+        return list(conn.execute(query, params))
+
+
+def pairs(found: list[tuple[object, ...]]) -> dict[object, object]:
+    """Rows of two columns as a dict of the first to the second."""
+    return {key: value for key, value in found}
 
 
 def requests_per_path(site: DemoSite) -> collections.Counter[str]:
@@ -64,14 +69,14 @@ def test_every_url_ends_stored_or_dead_exactly_once(
 
     stored = {str(url) for (url,) in rows(settings, "SELECT url FROM pages WHERE run_id = %s", "e2e-main")}
     assert stored == set(expected.normal) | set(expected.flaky)
-    dead = dict(rows(settings, "SELECT url, reason FROM dead_letters WHERE run_id = %s", "e2e-main"))
+    dead = pairs(rows(settings, "SELECT url, reason FROM dead_letters WHERE run_id = %s", "e2e-main"))
     assert dead == {
         **dict.fromkeys(expected.broken, "http_500"),
         **dict.fromkeys(expected.missing, "http_404"),
     }
 
     # Fail-twice pages were stored on their third attempt.
-    attempts = dict(rows(settings, "SELECT url, failed_attempts FROM pages WHERE run_id = %s", "e2e-main"))
+    attempts = pairs(rows(settings, "SELECT url, failed_attempts FROM pages WHERE run_id = %s", "e2e-main"))
     assert {attempts[url] for url in expected.flaky} == {2}
     # Always-500 pages were fetched exactly three times, 404s exactly once, good pages once.
     fetched = requests_per_path(demo_site)
@@ -81,7 +86,7 @@ def test_every_url_ends_stored_or_dead_exactly_once(
     for n in range(1, config.missing_per_host + 1):
         assert fetched[config.path(Kind.MISSING, n)] == len(config.hosts)
     assert fetched[config.path(Kind.PAGE, 1)] == len(config.hosts)
-    dead_attempts = dict(
+    dead_attempts = pairs(
         rows(settings, "SELECT url, attempts FROM dead_letters WHERE run_id = %s", "e2e-main")
     )
     assert {dead_attempts[url] for url in expected.broken} == {3}

@@ -4,10 +4,8 @@ interrupted crawl finished under the same run id, and a worker killed mid-crawl 
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +23,8 @@ from shared import broker, db
 from shared.runstate import held_exchange, held_queue
 from shared.settings import Settings
 from shared.topology import build_topology
-from tests.e2e.conftest import service_env
+from tests.e2e.conftest import produce, service_env
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -42,29 +41,11 @@ def held(settings: Settings) -> Iterator[None]:
     connection.close()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"{what}: not in {timeout_s} s"
         time.sleep(0.2)
-
-
-def produce(settings: Settings, site: DemoSite, run_id: str, **env: str) -> int:
-    result = subprocess.run(
-        [sys.executable, "-m", "producer", "--run-id", run_id, "--sitemap", site.config.sitemap_index_url],
-        env=service_env(settings, **env),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return int(json.loads(result.stdout)["enqueued_total"])
 
 
 def runs(settings: Settings, *args: str) -> str:

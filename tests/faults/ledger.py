@@ -46,6 +46,11 @@ class Ledger:
     duplicated: list[str] = field(default_factory=list)
     rewrites: int = 0
 
+    def assert_every_url_once(self) -> None:
+        """Every published URL has an outcome, and none has two."""
+        assert self.lost == [], f"{len(self.lost)} lost, e.g. {self.lost[:5]}"
+        assert self.duplicated == [], f"{len(self.duplicated)} with two outcomes, e.g. {self.duplicated[:5]}"
+
     def dead_by_reason(self) -> dict[str, int]:
         return dict(collections.Counter(d.reason for d in self.dead.values()))
 

@@ -19,11 +19,9 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any
 
-HOST = "127.0.0.1"
+from tests.local_site import LocalServer, LocalSite, QuietHandler
+
 HTML = "text/html; charset=utf-8"
 PAGE = (
     "<!DOCTYPE html><html lang='en'><head><title>{path}</title></head>"
@@ -48,6 +46,12 @@ class SiteShape:
     page_delay_s: float = 0.0  # per page: keeps fetches in flight longer
     hang_s: float = 120.0
 
+    @classmethod
+    def slow(cls, urls: int) -> SiteShape:
+        """Twenty slow sitemaps and slow pages: a fault that comes mid-run finds the producer
+        still publishing and the workers in the middle of their messages."""
+        return cls(pages=urls, urls_per_sitemap=urls // 20, sitemap_delay_s=0.25, page_delay_s=0.05)
+
     def paths(self) -> list[str]:
         kinds = (
             ("pages", self.pages),
@@ -60,23 +64,24 @@ class SiteShape:
         return [f"/{kind}/{n}.html" for kind, count in kinds for n in range(1, count + 1)]
 
 
-class FaultSite:
+class _Handler(QuietHandler):
+    server: LocalServer[FaultSite]
+
+    def do_GET(self) -> None:
+        self.send(*self.server.site.answer(self.path.split("?")[0]))
+
+
+class FaultSite(LocalSite):
+    handler = _Handler
+
     def __init__(self, shape: SiteShape) -> None:
+        super().__init__()
         self.shape = shape
         self._paths = shape.paths()
         self._known = frozenset(self._paths)
         self._hits: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
         self._released = threading.Event()
-        self._server: _Server | None = None
-
-    @property
-    def root(self) -> str:
-        assert self._server is not None, "start the site first"
-        return f"http://{HOST}:{self._server.server_address[1]}"
-
-    def url(self, path: str) -> str:
-        return self.root + path
 
     def urls(self, kind: str = "") -> list[str]:
         """Every listed URL, or those of one kind (the first path segment)."""
@@ -98,26 +103,9 @@ class FaultSite:
     def release_hangs(self) -> None:
         self._released.set()
 
-    def start(self) -> FaultSite:
-        self._server = _Server((HOST, 0), self)
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
-        ).start()
-        return self
-
     def stop(self) -> None:
         self.release_hangs()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self) -> FaultSite:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        super().stop()
 
     # ---- answers ------------------------------------------------------------------------
 
@@ -164,35 +152,3 @@ def _xml(root: str, items: str) -> bytes:
         f'<?xml version="1.0" encoding="UTF-8"?>'
         f'<{root} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{items}</{root}>'
     ).encode()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], site: FaultSite) -> None:
-        self.site = site
-        super().__init__(address, _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Silenced: killed and stopped clients reset their connections, which is the point here."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silenced: the site counts requests itself."""
-
-    def do_GET(self) -> None:
-        status, content_type, body = self.server.site.answer(self.path.split("?")[0])
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:
-            # The fetching worker was killed while it waited: nobody is left to answer.
-            self.close_connection = True

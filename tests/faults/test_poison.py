@@ -52,7 +52,7 @@ def test_poison_inputs_end_dead_with_a_reason_and_a_replay_cannot_loop(
     undecodable = [f"undecodable:{hashlib.sha256(body).hexdigest()}" for body in UNDECODABLE]
 
     ledger = wait_for_ledger(settings, "poison", web.urls(), SETTLE_S, undecodable, procs.assert_alive)
-    assert ledger.lost == [] and ledger.duplicated == []
+    ledger.assert_every_url_once()
     # A charset label naming a bytes codec (base64) is ignored: the page decodes as UTF-8 and is
     # stored, on its first fetch.
     lies = web.urls("charset-lie")
@@ -116,7 +116,7 @@ def test_a_url_that_kills_its_worker_every_time_ends_dead_after_the_delivery_lim
 
     ledger = wait_for_ledger(settings, "killer", web.urls(), SETTLE_S, check=procs.assert_alive)
     report(**ledger.figures(), sigkills=kills, hang_fetches=web.hits("/hang/1.html"))
-    assert ledger.lost == [] and ledger.duplicated == []
+    ledger.assert_every_url_once()
     (killer,) = web.urls("hang")
     assert ledger.dead_by_reason() == {"delivery_limit": 1}
     assert ledger.dead[killer].attempts == 0  # crashes are not failures of the URL

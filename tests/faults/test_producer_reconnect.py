@@ -16,6 +16,7 @@ from producer.sitemaps import SitemapEntry
 from shared.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.messages import CrawlTask
+from tests.fakes import FakeTime
 
 pytestmark = pytest.mark.faults
 
@@ -92,23 +93,10 @@ class MemoryDedup:
         return len(fingerprints)
 
 
-@dataclass
-class Clock:
-    now: float = 0.0
-    pauses: list[float] = field(default_factory=list)
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.pauses.append(seconds)
-        self.now += seconds
-
-
 def pipeline(
     broker: FlakyBroker,
     dedup: MemoryDedup,
-    clock: Clock,
+    clock: FakeTime,
     should_stop: Callable[[], bool] = lambda: False,
     patience_s: float = RECONNECT_PATIENCE_S,
 ) -> Pipeline:
@@ -131,32 +119,32 @@ def entries() -> list[SitemapEntry]:
 
 
 def test_batches_lost_with_the_connection_are_published_again_once_the_broker_is_back() -> None:
-    broker, dedup, clock = FlakyBroker(lost_batches=3, unreachable_calls=6), MemoryDedup(), Clock()
+    broker, dedup, clock = FlakyBroker(lost_batches=3, unreachable_calls=6), MemoryDedup(), FakeTime()
     counts = pipeline(broker, dedup, clock).run(entries())
 
     assert (counts.enqueued_total, counts.publish_failed) == (len(URLS), 0)
     assert sorted(broker.confirmed) == sorted(URLS)
     assert set(dedup.state.values()) == {"confirmed"}
     # A retry pause, then growing pauses while the broker is unreachable: none of them an attempt.
-    assert clock.pauses[:7] == [1.0, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0]
-    assert max(clock.pauses) == MAX_RECONNECT_PAUSE_S
+    assert clock.slept[:7] == [1.0, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0]
+    assert max(clock.slept) == MAX_RECONNECT_PAUSE_S
 
 
 def test_an_unreachable_redis_is_waited_for_too() -> None:
-    broker, dedup, clock = FlakyBroker(), MemoryDedup(unreachable_calls=3), Clock()
+    broker, dedup, clock = FlakyBroker(), MemoryDedup(unreachable_calls=3), FakeTime()
     counts = pipeline(broker, dedup, clock).run(entries())
 
     assert (counts.enqueued_total, counts.publish_failed) == (len(URLS), 0)
-    assert clock.pauses == [1.0, 2.0, 4.0]
+    assert clock.slept == [1.0, 2.0, 4.0]
 
 
 def test_refusals_still_use_up_the_attempts_and_patience_has_a_bound() -> None:
     refused = FlakyBroker(lost_batches=PUBLISH_ATTEMPTS)  # the first batch, then both of its retries
-    counts = pipeline(refused, MemoryDedup(), Clock()).run(entries()[:4])
+    counts = pipeline(refused, MemoryDedup(), FakeTime()).run(entries()[:4])
     assert (counts.enqueued_total, counts.publish_failed) == (0, 4)
 
     gone = FlakyBroker(lost_batches=1, unreachable_calls=10**6)
-    dedup, clock = MemoryDedup(), Clock()
+    dedup, clock = MemoryDedup(), FakeTime()
     with pytest.raises(ServiceUnavailable):
         pipeline(gone, dedup, clock, patience_s=60.0).run(entries())
     assert clock.now <= 60.0 + 2 * MAX_RECONNECT_PAUSE_S
@@ -174,7 +162,7 @@ def test_a_stop_request_stops_reading_and_settles_what_is_in_flight() -> None:
             yield entry
 
     # The stop comes while the fifth URL is read: it is not taken, the four before it are settled.
-    counts = pipeline(broker, dedup, Clock(), should_stop=lambda: read >= 5).run(source())
+    counts = pipeline(broker, dedup, FakeTime(), should_stop=lambda: read >= 5).run(source())
     assert counts.stopped_early
     assert counts.enqueued_total == len(broker.confirmed) == 4
     assert set(dedup.state.values()) == {"confirmed"}

@@ -43,7 +43,7 @@ def test_every_url_that_expires_unserved_is_dead_as_expired(
         procs.start(f"worker-{i}", "worker")
     ledger = wait_for_ledger(settings, "ttl", web.urls(), size.settle_s, check=procs.assert_alive)
     report(**ledger.figures(), expiry_s=EXPIRY_S)
-    assert ledger.lost == [] and ledger.duplicated == []
+    ledger.assert_every_url_once()
     assert ledger.dead_by_reason() == {"expired": news}
     assert set(ledger.stored) == set(web.urls("pages"))
     # Expired URLs were never fetched, and their row says which queue they expired in.

@@ -42,7 +42,11 @@ def stored_by_worker(settings: Settings, run_id: str) -> dict[str, int]:
         rows = conn.execute(
             "SELECT worker_id, count(*) FROM pages WHERE run_id = %s GROUP BY worker_id", (run_id,)
         ).fetchall()
-    return {worker_id: count for worker_id, count in rows}
+    stored: dict[str, int] = {}
+    for worker_id, count in rows:
+        assert isinstance(worker_id, str) and isinstance(count, int)
+        stored[worker_id] = count
+    return stored
 
 
 def start_pool(procs: Fleet) -> tuple[subprocess.Popen[bytes], list[int]]:
@@ -73,7 +77,7 @@ def test_a_pool_shares_the_crawl_and_stops_as_one(
     assert procs.producer("pool", "--sitemap", web.sitemap_index).wait(timeout=60) == 0
 
     ledger = wait_for_ledger(settings, "pool", web.urls(), size.settle_s, check=procs.assert_alive)
-    assert ledger.lost == [] and ledger.duplicated == []
+    ledger.assert_every_url_once()
     assert len(ledger.stored) == PAGES
     by_worker = stored_by_worker(settings, "pool")
     assert set(by_worker) == {"pool-0", "pool-1"}, by_worker  # each forked worker has its own id
@@ -106,7 +110,7 @@ def test_a_worker_that_dies_is_started_again_and_loses_nothing(
 
     assert producer.wait(timeout=60) == 0
     ledger = wait_for_ledger(settings, "doomed", web.urls(), size.settle_s, check=procs.assert_alive)
-    assert ledger.lost == [] and ledger.duplicated == []
+    ledger.assert_every_url_once()
     assert len(ledger.stored) == PAGES
     assert set(ledger.stored.values()) == {0}  # the crash was charged to no URL
     assert set(stored_by_worker(settings, "doomed")) == {"doomed-0", "doomed-1"}  # same ids again

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def client(settings: Settings) -> Iterator[DeferringRedis]:
     made = connect_redis(settings, WORKER, client_class=DeferringRedis)
+    assert isinstance(made, DeferringRedis)  # connect_redis is annotated as making a plain Redis
     yield made
     made.close()
 

@@ -122,6 +122,7 @@ def test_an_expired_task_is_recorded_with_its_queue(
     assert (row.run_id, row.url, row.reason) == ("run1", "https://example.com/a", "expired")
     assert row.origin_queue == work_queue(ns, "ttl")
     assert row.state == "dead"
+    assert row.x_death is not None
     assert row.x_death[0]["reason"] == "expired"
 
 

@@ -21,12 +21,13 @@ import pytest
 
 from bench.site import Answer, Hit, LoggedSite, most_in_any_window, page, pages_route
 from shared import db
-from shared.consumer import Delivery
+from shared.consumer import Delivery, Outcome
 from shared.keys import Keys
 from shared.messages import CrawlTask
 from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from shared.topology import dead_letter_exchange
+from worker.handler import CrawlHandler
 from worker.ratelimit import RateLimiter, Reservation
 from worker.store import ResultStore
 from worker.wiring import build_handler
@@ -41,46 +42,61 @@ class CrawlReport:
     deferred_or_retried: int = 0
 
 
+class ThreadedCrawl:
+    """Handler threads sharing one heap of deliveries, each due at a time; a delivery the handler
+    defers or retries goes back on the heap, due after the delay its publication names."""
+
+    def __init__(self, settings: Settings, handler: CrawlHandler, urls: Sequence[str], run_id: str) -> None:
+        self.settings = settings
+        self.handler = handler
+        self.total = len(urls)
+        self.seq = itertools.count()
+        self.ready: list[tuple[float, int, Delivery]] = []
+        for url in urls:
+            task = CrawlTask(url=url, run_id=run_id, queue="bulk")
+            self.push(0.0, Delivery("bulk", task.encode(), {}, False))
+        self.lock = threading.Lock()
+        self.report = CrawlReport()
+
+    def push(self, due: float, delivery: Delivery) -> None:
+        heapq.heappush(self.ready, (due, next(self.seq), delivery))
+
+    def work(self, stop_at: float) -> None:
+        while time.monotonic() < stop_at:
+            with self.lock:
+                if len(self.report.done) + len(self.report.dead) == self.total:
+                    return
+                due = self.ready and self.ready[0][0] <= time.monotonic()
+                item = heapq.heappop(self.ready) if due else None
+            if item is None:
+                time.sleep(0.01)
+                continue
+            delivery = item[2]
+            self.settle(delivery, self.handler(delivery))
+
+    def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        url = CrawlTask.decode(delivery.body).url
+        with self.lock:
+            if not outcome.publications:
+                self.report.done.append(url)
+            for pub in outcome.publications:
+                if pub.exchange == dead_letter_exchange(self.settings.crawl_namespace):
+                    self.report.dead.append(url)
+                    continue
+                self.report.deferred_or_retried += 1
+                delay_s = int(pub.routing_key.split(".")[0][1:]) / 1000
+                self.push(time.monotonic() + delay_s, Delivery("bulk", pub.body, dict(pub.headers), False))
+
+
 def crawl_in_threads(
     settings: Settings, urls: Sequence[str], threads: int, run_s: float, run_id: str = "r1"
 ) -> CrawlReport:
     """Run `threads` handler threads over `urls` for up to `run_s` seconds (or until all are done)."""
     client = connect_redis(settings, OPERATOR)
     handler = build_handler(settings, client)
-    seq = itertools.count()
-    ready: list[tuple[float, int, Delivery]] = []
-    for url in urls:
-        task = CrawlTask(url=url, run_id=run_id, queue="bulk")
-        heapq.heappush(ready, (0.0, next(seq), Delivery("bulk", task.encode(), {}, False)))
-    lock = threading.Lock()
-    report = CrawlReport()
+    crawl = ThreadedCrawl(settings, handler, urls, run_id)
     stop_at = time.monotonic() + run_s
-
-    def work() -> None:
-        while time.monotonic() < stop_at:
-            with lock:
-                if len(report.done) + len(report.dead) == len(urls):
-                    return
-                item = heapq.heappop(ready) if ready and ready[0][0] <= time.monotonic() else None
-            if item is None:
-                time.sleep(0.01)
-                continue
-            delivery = item[2]
-            outcome = handler(delivery)
-            url = CrawlTask.decode(delivery.body).url
-            with lock:
-                if not outcome.publications:
-                    report.done.append(url)
-                for pub in outcome.publications:
-                    if pub.exchange == dead_letter_exchange(settings.crawl_namespace):
-                        report.dead.append(url)
-                        continue
-                    report.deferred_or_retried += 1
-                    delay_s = int(pub.routing_key.split(".")[0][1:]) / 1000
-                    again = Delivery("bulk", pub.body, dict(pub.headers), False)
-                    heapq.heappush(ready, (time.monotonic() + delay_s, next(seq), again))
-
-    pool = [threading.Thread(target=work) for _ in range(threads)]
+    pool = [threading.Thread(target=crawl.work, args=(stop_at,)) for _ in range(threads)]
     for thread in pool:
         thread.start()
     for thread in pool:
@@ -90,7 +106,7 @@ def crawl_in_threads(
     if handler.handled is not None:
         handler.handled.close()
     client.close()
-    return report
+    return crawl.report
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import dataclasses
 import http.client
 import logging
 import random
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +23,7 @@ from shared.keys import Keys
 from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
+from tests.ports import closed_port
 from worker.politeness import TryLater
 from worker.proxies import Proxy, ProxyPool, RedisBench, parse_proxies
 
@@ -105,13 +105,6 @@ def proxies() -> Iterator[list[ForwardProxy]]:
     yield made
     for proxy in made:
         proxy.close()
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:  # free a moment ago: nothing listens there
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @pytest.mark.timeout(60)

@@ -3,8 +3,6 @@ figures again once the service is back, and a clear failure only after a long ou
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import redis
 
@@ -13,23 +11,10 @@ from ops.run_watch import RunWatch
 from shared import db
 from shared.progress import Snapshot
 from shared.settings import Settings
+from tests.fakes import FakeTime
+from tests.ports import closed_port
 
 pytestmark = pytest.mark.integration
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port  # nothing listens on it once the probe is closed
 
 
 def test_a_lost_postgresql_connection_shows_unknown_then_is_opened_again(settings: Settings) -> None:
@@ -48,7 +33,7 @@ def test_a_lost_postgresql_connection_shows_unknown_then_is_opened_again(setting
 
 def test_redis_away_shows_unknown_and_gives_up_only_after_the_outage_limit(settings: Settings) -> None:
     db.ensure_schema(settings)
-    clock = FakeClock()
+    clock = FakeTime(100.0)
     with RunWatch(settings, "watched", outage_limit_s=120, clock=clock) as watch:
         reachable = watch._redis
         watch._redis = redis.Redis(host="127.0.0.1", port=closed_port(), socket_connect_timeout=1)

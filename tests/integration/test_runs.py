@@ -22,6 +22,7 @@ from shared.runstate import held_exchange, held_queue, read_state
 from shared.settings import Settings
 from shared.topology import build_topology, defer_queue, work_queue
 from tests.e2e.conftest import service_env
+from tests.fakes import FakeRunStates
 from worker.handler import HOLD_UNROUTABLE_WAIT_S, CrawlHandler
 
 pytestmark = pytest.mark.integration
@@ -226,7 +227,7 @@ def test_a_hold_with_no_queue_bound_goes_to_a_defer_queue_and_the_channel_stays_
         gate=None,  # type: ignore[arg-type]
         robots=None,  # type: ignore[arg-type]
         store=None,  # type: ignore[arg-type]
-        run_states=FakeRunStates(),
+        run_states=FakeRunStates(**{RUN: "paused"}),
     )
     task = CrawlTask(url="https://a.test/late", run_id=RUN, queue="bulk")
     held = Delivery(work_queue(ns, "bulk"), task.encode(), Progress(attempt=1).to_headers(), False)
@@ -243,11 +244,6 @@ def test_a_hold_with_no_queue_bound_goes_to_a_defer_queue_and_the_channel_stays_
     delay = topology.defer_delay_ms_for(HOLD_UNROUTABLE_WAIT_S)
     deferred = take_all(settings, defer_queue(ns, delay))
     assert [(t.url, attempt) for t, attempt, _ in deferred] == [("https://a.test/late", 1)]
-
-
-class FakeRunStates:
-    def state(self, run_id: str) -> str:
-        return "paused"
 
 
 def test_a_broker_refusal_while_resuming_is_one_line_and_exit_2(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Iterator
 
@@ -42,9 +43,11 @@ def page(url: str, title: str, worker: str = "w1") -> PageRow:
 
 def count(settings: Settings, query: str) -> int:
     with db.connect(settings, autocommit=True) as conn:
-        row = conn.execute(query).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(query).fetchone()
     assert row is not None
-    return int(row[0])  # type: ignore[call-overload]
+    counted = row[0]
+    assert isinstance(counted, int)
+    return counted
 
 
 @pytest.fixture
@@ -142,7 +145,8 @@ def test_a_recrawled_page_says_whether_its_text_changed(settings: Settings, stor
     )
     store.save_page(dataclasses.replace(page("http://a.test/3", "t"), run_id="again", previous_run="first"))
     with db.connect(settings, autocommit=True) as conn:
-        found = dict(conn.execute("SELECT url, unchanged FROM pages WHERE run_id = 'again'").fetchall())
+        rows = conn.execute("SELECT url, unchanged FROM pages WHERE run_id = 'again'").fetchall()
+    found = {url: unchanged for url, unchanged in rows}
     assert found == {"http://a.test/1": True, "http://a.test/2": False, "http://a.test/3": None}
 
 
@@ -196,9 +200,9 @@ def test_the_writer_waits_out_a_short_outage_and_gives_up_after_its_patience(set
     def sleep(seconds: float) -> None:  # the outage ends during the third pause
         pauses.append(seconds)
         if len(pauses) == 3:
-            store.settings = settings
+            writer.settings = settings
 
-    store = ResultStore(unreachable, patience_s=10.0, sleep=sleep)
+    store = writer = ResultStore(unreachable, patience_s=10.0, sleep=sleep)
     outcomes: list[BaseException | None] = []
     store.save_page_later(page("http://a.test/1", "t"), outcomes.append)
     store.save_page(page("http://a.test/2", "t"))  # behind it: committed once the outage is over
@@ -235,7 +239,7 @@ def test_rows_refused_for_their_data_are_unstorable_and_their_batch_is_stored(
     rows = [page(f"http://a.test/{i}", f"t{i}") for i in range(7)]
     rows.insert(3, dataclasses.replace(page("http://a.test/bad", "bad"), **change))  # type: ignore[arg-type]
     for row in rows:
-        store.save_page_later(row, lambda error, url=row.url: outcomes.__setitem__(url, error))
+        store.save_page_later(row, functools.partial(outcomes.__setitem__, row.url))
     store.close()
     refusal = outcomes.pop("http://a.test/bad")
     assert isinstance(refusal, UnstorableRow) and message in refusal.detail.lower()
@@ -287,8 +291,8 @@ def test_every_url_keeps_one_outcome_whichever_copy_comes_first(
     }
     store.save_skip(SkipRow("r1", "http://a.test/skip-only", "cancelled", "cancelled", "w1"))
     with db.connect(settings, autocommit=True) as conn:
-        conn.execute(UPSERT_DEAD_LETTER, dead_letter)  # type: ignore[arg-type]
-        conn.execute(UPSERT_DEAD_LETTER, {**dead_letter, "url": "http://a.test/skip-only"})  # type: ignore[arg-type]
+        conn.execute(UPSERT_DEAD_LETTER, dead_letter)
+        conn.execute(UPSERT_DEAD_LETTER, {**dead_letter, "url": "http://a.test/skip-only"})
     a = account(settings, "r1")
     assert (a.stored, a.dead, a.skipped) == (2, 1, 1)  # stored, skipped / dead, skip-only
     with db.connect(settings, autocommit=True) as conn:

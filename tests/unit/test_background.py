@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -19,7 +20,7 @@ def test_calls_run_one_at_a_time_in_the_order_given() -> None:
     try:
         first = background.call(lambda: gate.wait(5))  # holds up everything after it
         for n in range(5):
-            background.call_unwatched(lambda n=n: ran.append(n))
+            background.call_unwatched(functools.partial(ran.append, n))
         last = background.call(lambda: list(ran))
         assert ran == []
         gate.set()

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 
 def served_ports(ports: dict[str, int], worker_processes: int) -> list[int]:
     """Every port a process of the crawl listens on, a worker pool's members included."""
-    served = []
+    served: list[int] = []
     for name, port in ports.items():
         members = worker_processes if name.startswith("worker-") else 1
         served.extend(port + n for n in range(members))

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
 import pytest
 
 from dlq_consumer.record import DeadLetterRecord, bounded_record, json_safe, record_from_delivery
@@ -19,6 +18,7 @@ from shared.consumer import Delivery, Outcome
 from shared.errors import ServiceUnavailable
 from shared.messages import ATTEMPT_HEADER, REPLAY_HEADER, CrawlTask, Failure, Progress
 from shared.settings import Settings
+from tests.fakes import FakeConnector, FakeDeadLetterConnection
 
 pytestmark = pytest.mark.unit
 
@@ -186,40 +186,8 @@ def test_an_undecodable_row_cannot_be_replayed() -> None:
     assert replay_publication(row(b"garbage", replays=0), NS) is None
 
 
-class FakeConnection:
-    """Records statements; can be told to fail the commit the way a lost server does."""
-
-    def __init__(self, fail_commit: bool = False) -> None:
-        self.fail_commit = fail_commit
-        self.executed: list[dict[str, Any]] = []
-        self.commits = 0
-        self.closed = False
-
-    def execute(self, _query: str, params: dict[str, Any]) -> None:
-        self.executed.append(params)
-
-    def commit(self) -> None:
-        if self.fail_commit:
-            raise psycopg.OperationalError("server closed the connection unexpectedly")
-        self.commits += 1
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class FakeConnector:
-    def __init__(self, *connections: FakeConnection) -> None:
-        self.waiting = list(connections)
-        self.opened: list[FakeConnection] = []
-
-    def __call__(self, _settings: Settings) -> Any:
-        conn = self.waiting.pop(0)
-        self.opened.append(conn)
-        return conn
-
-
 def test_recorder_acks_only_after_the_commit() -> None:
-    connector = FakeConnector(FakeConnection())
+    connector = FakeConnector(FakeDeadLetterConnection())
     recorder = DeadLetterRecorder(Settings(crawl_namespace=NS), connect=connector)
 
     outcome = recorder(Delivery("crawl.dead", TASK.encode(), {}, redelivered=False))
@@ -231,7 +199,7 @@ def test_recorder_acks_only_after_the_commit() -> None:
 
 
 def test_recorder_reports_a_lost_database_and_reconnects_next_time() -> None:
-    broken, healthy = FakeConnection(fail_commit=True), FakeConnection()
+    broken, healthy = FakeDeadLetterConnection(fail_commit=True), FakeDeadLetterConnection()
     connector = FakeConnector(broken, healthy)
     recorder = DeadLetterRecorder(Settings(crawl_namespace=NS), connect=connector)
     delivery = Delivery("crawl.dead", TASK.encode(), {}, redelivered=False)

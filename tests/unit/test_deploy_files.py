@@ -441,7 +441,7 @@ def dashboard_queries() -> list[str]:
 def sample_names_defined_in_metrics_module() -> dict[str, str]:
     """Series name → metric family, for every metric shared/metrics.py defines."""
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
-    names = {}
+    names: dict[str, str] = {}
     for value in vars(metrics).values():
         if isinstance(value, MetricWrapperBase):
             for family in value.describe():

@@ -22,6 +22,25 @@ pytestmark = pytest.mark.unit
 
 HTML = "<html><head><title>Café</title></head><body>hello</body></html>"
 ETAG = '"v1"'
+# The paths whose answer never changes: path -> (status, body, content type, headers).
+FIXED_ANSWERS: dict[str, tuple[int, bytes, str | None, dict[str, str]]] = {
+    "/page": (
+        200,
+        HTML.encode(),
+        "text/html; charset=utf-8",
+        {"ETag": ETAG, "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"},
+    ),
+    "/404": (404, b"no", "text/html", {}),
+    "/500": (500, b"no", "text/html", {}),
+    "/503": (503, b"busy", "text/html", {"Retry-After": "120"}),
+    "/loop": (301, b"", None, {"Location": "/loop2"}),
+    "/loop2": (301, b"", None, {"Location": "/loop"}),
+    "/no-location": (302, b"", None, {}),
+    "/pdf": (200, b"%PDF-1.4", "application/pdf", {}),
+    "/big": (200, b"a" * 5000, "text/html", {}),
+    # Small on the wire, large once inflated.
+    "/gzip-bomb": (200, gzip.compress(b"a" * 50_000), "text/html", {"Content-Encoding": "gzip"}),
+}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -35,41 +54,20 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.server.requests.append((self.path, dict(self.headers.items())))
         path = self.path
-        if path == "/page":
-            self._send(
-                200,
-                HTML.encode(),
-                "text/html; charset=utf-8",
-                {"ETag": ETAG, "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"},
-            )
+        if path in FIXED_ANSWERS:
+            self._send(*FIXED_ANSWERS[path])
         elif path == "/etag":
             if self.headers.get("If-None-Match") == ETAG:
                 self._send(304, b"", None, {"ETag": ETAG})
             else:
                 self._send(200, HTML.encode(), "text/html", {"ETag": ETAG})
-        elif path in ("/404", "/500"):
-            self._send(int(path[1:]), b"no", "text/html")
-        elif path == "/503":
-            self._send(503, b"busy", "text/html", {"Retry-After": "120"})
         elif path.startswith("/hop/"):  # /hop/3 -> /hop/2 -> /hop/1 -> /page
             left = int(path.rsplit("/", 1)[1])
             # Every form of Location: relative path, absolute URL, absolute path.
             targets = {3: "2", 2: self.server.url("/hop/1"), 1: "/page"}
             self._send(302, b"", None, {"Location": targets[left]})
-        elif path == "/loop":
-            self._send(301, b"", None, {"Location": "/loop2"})
-        elif path == "/loop2":
-            self._send(301, b"", None, {"Location": "/loop"})
-        elif path == "/no-location":
-            self._send(302, b"", None)
-        elif path == "/pdf":
-            self._send(200, b"%PDF-1.4", "application/pdf")
-        elif path == "/big":
-            self._send(200, b"a" * 5000, "text/html")
         elif path == "/big-undeclared":  # HTTP/1.0, no Content-Length: the body ends at close
             self._send(200, b"a" * 5000, "text/html", declare_length=False)
-        elif path == "/gzip-bomb":  # small on the wire, large once inflated
-            self._send(200, gzip.compress(b"a" * 50_000), "text/html", {"Content-Encoding": "gzip"})
         elif path == "/drip":
             self._drip()
         else:

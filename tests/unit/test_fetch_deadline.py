@@ -20,42 +20,35 @@ from shared.deadline import DeadlineReader, clipped_timeout, current_deadline, f
 from shared.errors import TransientError
 from shared.netguard import guarded_session
 from shared.settings import Settings
+from tests.fakes import FakeTime
 from worker.fetch import Fetcher
 
 pytestmark = pytest.mark.unit
-
-
-class FakeClock:
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # --- the clock arithmetic ------------------------------------------------------------------
 
 
 def test_a_timeout_is_kept_while_the_deadline_is_further() -> None:
-    assert clipped_timeout(5.0, 110.0, FakeClock(100.0)) == 5.0
+    assert clipped_timeout(5.0, 110.0, FakeTime(100.0)) == 5.0
 
 
 def test_a_timeout_is_cut_to_the_time_left() -> None:
-    assert clipped_timeout(5.0, 102.5, FakeClock(100.0)) == 2.5
+    assert clipped_timeout(5.0, 102.5, FakeTime(100.0)) == 2.5
 
 
 @pytest.mark.parametrize("unbounded", [None, object()])  # no timeout, urllib3's "default" marker
 def test_the_deadline_bounds_a_wait_that_had_no_timeout(unbounded: object) -> None:
-    assert clipped_timeout(unbounded, 103.0, FakeClock(100.0)) == 3.0
+    assert clipped_timeout(unbounded, 103.0, FakeTime(100.0)) == 3.0
 
 
 def test_no_time_left_is_a_timeout() -> None:
     with pytest.raises(TimeoutError):
-        clipped_timeout(5.0, 100.0, FakeClock(100.0))
+        clipped_timeout(5.0, 100.0, FakeTime(100.0))
 
 
 def test_without_a_deadline_the_timeout_is_untouched() -> None:
-    assert clipped_timeout(5.0, None, FakeClock(100.0)) == 5.0
+    assert clipped_timeout(5.0, None, FakeTime(100.0)) == 5.0
 
 
 def test_the_deadline_belongs_to_the_block_that_set_it() -> None:
@@ -103,14 +96,14 @@ class FakeRaw:
 
 
 def reader(
-    timeout: float | None, deadline: float, clock: FakeClock
+    timeout: float | None, deadline: float, clock: FakeTime
 ) -> tuple[DeadlineReader, FakeSocket, FakeRaw]:
     sock, raw = FakeSocket(timeout), FakeRaw()
     return DeadlineReader(raw, sock, deadline, clock), sock, raw  # type: ignore[arg-type]
 
 
 def test_reads_far_from_the_deadline_leave_the_socket_alone() -> None:
-    clock = FakeClock(100.0)
+    clock = FakeTime(100.0)
     made, sock, raw = reader(15.0, 130.0, clock)
     for _ in range(10):
         assert made.readinto(bytearray(8)) == 1
@@ -120,7 +113,7 @@ def test_reads_far_from_the_deadline_leave_the_socket_alone() -> None:
 
 
 def test_reads_near_the_deadline_wait_only_for_the_time_left() -> None:
-    clock = FakeClock(100.0)
+    clock = FakeTime(100.0)
     made, sock, _ = reader(15.0, 110.0, clock)
     made.readinto(bytearray(8))  # 10 s left: the timeout of 15 s is cut
     clock.now = 106.0
@@ -131,7 +124,7 @@ def test_reads_near_the_deadline_wait_only_for_the_time_left() -> None:
 
 
 def test_a_read_past_the_deadline_is_a_timeout_and_reads_nothing() -> None:
-    clock = FakeClock(100.0)
+    clock = FakeTime(100.0)
     made, _, raw = reader(None, 101.0, clock)
     made.readinto(bytearray(8))
     clock.now = 101.0
@@ -142,7 +135,7 @@ def test_a_read_past_the_deadline_is_a_timeout_and_reads_nothing() -> None:
 
 def test_a_dripping_stream_read_through_a_buffer_ends_at_the_deadline() -> None:
     # What http.client does with the headers: readline() over a buffer over the reader.
-    clock = FakeClock(100.0)
+    clock = FakeTime(100.0)
     made, _, raw = reader(15.0, 102.0, clock)
 
     def tick(buffer: Any) -> int:
@@ -157,7 +150,7 @@ def test_a_dripping_stream_read_through_a_buffer_ends_at_the_deadline() -> None:
 
 
 def test_closing_the_reader_closes_the_socket_file() -> None:
-    made, _, raw = reader(1.0, 200.0, FakeClock(100.0))
+    made, _, raw = reader(1.0, 200.0, FakeTime(100.0))
     made.close()
     assert raw.closed_by_reader and made.closed
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -16,15 +15,9 @@ from prometheus_client import CollectorRegistry, Counter
 from producer.final_scrape import ScrapeWatch, linger_until_scraped
 from shared import metrics
 from shared.settings import Settings
+from tests.ports import free_port
 
 pytestmark = pytest.mark.unit
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclasses.dataclass

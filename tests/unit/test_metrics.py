@@ -7,7 +7,6 @@ import re
 import socket
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -15,18 +14,13 @@ from prometheus_client import REGISTRY
 from dlq_consumer.service import DeadLetterRecorder
 from shared import metrics
 from shared.consumer import Delivery
-from shared.errors import ConfigError
+from shared.errors import ConfigError, ServiceUnavailable
 from shared.messages import CrawlTask, Failure
 from shared.settings import Settings
+from tests.fakes import FakeDeadLetterConnection
+from tests.ports import free_port
 
 pytestmark = pytest.mark.unit
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def on_port(port: int) -> Settings:
@@ -75,25 +69,6 @@ def test_a_port_in_use_is_a_config_error_naming_the_setting() -> None:
             metrics.start_metrics_server(on_port(taken.getsockname()[1]))
 
 
-class FakeConnection:
-    """Enough of a psycopg connection for the recorder; `commit` fails when told to."""
-
-    def __init__(self, fail_commit: bool) -> None:
-        self.fail_commit = fail_commit
-        self.closed = False
-        self.executed: list[Any] = []
-
-    def execute(self, query: str, params: Any = None) -> None:
-        self.executed.append(params)
-
-    def commit(self) -> None:
-        if self.fail_commit:
-            raise ConfigError("commit refused")
-
-    def close(self) -> None:
-        self.closed = True
-
-
 def dead_letters_counted(reason: str) -> float:
     return REGISTRY.get_sample_value("crawl_dead_letters_total", {"reason": reason}) or 0.0
 
@@ -105,7 +80,7 @@ def dead_letter(reason: str) -> Delivery:
 
 def test_a_recorded_dead_letter_is_counted_by_its_reason() -> None:
     before = (dead_letters_counted("http_410"), dead_letters_counted("timeout"))
-    recorder = DeadLetterRecorder(Settings(), connect=lambda _settings: FakeConnection(False))
+    recorder = DeadLetterRecorder(Settings(), connect=lambda _settings: FakeDeadLetterConnection())
 
     recorder(dead_letter("http_410"))
     recorder(dead_letter("http_410"))
@@ -117,9 +92,11 @@ def test_a_recorded_dead_letter_is_counted_by_its_reason() -> None:
 
 def test_a_dead_letter_whose_row_was_not_committed_is_not_counted() -> None:
     before = dead_letters_counted("http_418")
-    recorder = DeadLetterRecorder(Settings(), connect=lambda _settings: FakeConnection(True))
+    recorder = DeadLetterRecorder(
+        Settings(), connect=lambda _settings: FakeDeadLetterConnection(fail_commit=True)
+    )
 
-    with pytest.raises(ConfigError):
+    with pytest.raises(ServiceUnavailable):
         recorder(dead_letter("http_418"))
 
     assert dead_letters_counted("http_418") == before

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from tests.fakes import FakeTime
 from tests.prepare import PLUGIN, prepare_management_api
 
 pytestmark = pytest.mark.unit
@@ -38,19 +39,8 @@ class Broker:
         )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def prepare(broker: Broker, tool: str | None = "/usr/sbin/rabbitmq-plugins") -> tuple[bool, str]:
-    clock = Clock()
+    clock = FakeTime()
     return prepare_management_api(
         broker.answers, lambda _name: tool, broker.run, clock.sleep, clock, wait_s=10
     )

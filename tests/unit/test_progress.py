@@ -9,20 +9,13 @@ import pytest
 from producer.pipeline import Counts
 from producer.progress import describe
 from shared.progress import ProgressDisplay, Rate, Snapshot, duration, eta_s, live_detail, periodic_line
+from tests.fakes import FakeTime
 
 pytestmark = pytest.mark.unit
 
 
 def snap(at: float, stored: int, total: int = 300, dead: int = 0, skipped: int = 0, **kw: object) -> Snapshot:
     return Snapshot(at, total, stored, dead, skipped, **kw)  # type: ignore[arg-type]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_rate_is_the_average_over_the_window() -> None:
@@ -78,7 +71,7 @@ def test_an_unknown_queue_depth_shows_as_a_question_mark() -> None:
 
 def test_off_a_terminal_a_line_is_printed_at_most_every_interval() -> None:
     out = io.StringIO()
-    clock = FakeClock()
+    clock = FakeTime()
     with ProgressDisplay(out, "run", every_s=10, clock=clock) as display:
         assert not display.live  # a StringIO is no terminal
         for second in range(35):

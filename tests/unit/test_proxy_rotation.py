@@ -8,23 +8,16 @@ from collections.abc import Sequence
 import pytest
 
 from shared.errors import TransientError
+from tests.fakes import FakeTime
 from worker.proxies import Proxy, ProxyPool, parse_proxies
 
 pytestmark = pytest.mark.unit
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class FakeBench:
     """The Bench protocol on a fake clock: one failure benches a proxy for `bench_s`."""
 
-    def __init__(self, clock: FakeClock, bench_s: float) -> None:
+    def __init__(self, clock: FakeTime, bench_s: float) -> None:
         self._clock = clock
         self._bench_s = bench_s
         self._until: dict[str, float] = {}
@@ -41,7 +34,7 @@ def three() -> list[Proxy]:
     return parse_proxies("http://127.0.0.1:3001,http://127.0.0.1:3002,http://127.0.0.1:3003")
 
 
-def requests_per_proxy(pool: ProxyPool, clock: FakeClock, requests: int) -> collections.Counter[str]:
+def requests_per_proxy(pool: ProxyPool, clock: FakeTime, requests: int) -> collections.Counter[str]:
     counts: collections.Counter[str] = collections.Counter()
     for _ in range(requests):
         counts[pool.choose().label] += 1
@@ -50,7 +43,7 @@ def requests_per_proxy(pool: ProxyPool, clock: FakeClock, requests: int) -> coll
 
 
 def test_every_proxy_takes_its_turn_when_none_is_benched() -> None:
-    clock = FakeClock()
+    clock = FakeTime()
     proxies = three()
     pool = ProxyPool(proxies, "round_robin", FakeBench(clock, bench_s=60.0))
 
@@ -58,7 +51,7 @@ def test_every_proxy_takes_its_turn_when_none_is_benched() -> None:
 
 
 def test_a_benched_proxys_turns_are_spread_evenly_over_the_others() -> None:
-    clock = FakeClock()
+    clock = FakeTime()
     first, second, third = three()
     pool = ProxyPool([first, second, third], "round_robin", FakeBench(clock, bench_s=1000.0))
     # The first of the list: taking "the next one in the list" would give all its turns to its
@@ -73,7 +66,7 @@ def test_a_benched_proxys_turns_are_spread_evenly_over_the_others() -> None:
 
 
 def test_a_proxy_back_from_the_bench_shares_the_load_evenly_again() -> None:
-    clock = FakeClock()
+    clock = FakeTime()
     first, second, third = three()
     pool = ProxyPool([first, second, third], "round_robin", FakeBench(clock, bench_s=10.0))
     pool.failed(second, TransientError("proxy_error"))

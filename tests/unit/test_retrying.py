@@ -69,7 +69,8 @@ def policy(stop: StopBaseT, clock: Clock, logged: list[float] | None = None) -> 
 
 
 def test_pauses_double_from_one_second_up_to_fifteen_and_the_last_error_is_raised_as_it_is() -> None:
-    clock, call, logged = Clock(), Flaky(failures=10**6), []
+    clock, call = Clock(), Flaky(failures=10**6)
+    logged: list[float] = []
     with pytest.raises(ServiceUnavailable, match=r"refused on attempt 8$"):
         policy(retrying.stop_after_pausing(60.0), clock, logged)(call)
     assert clock.pauses == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]  # 60 s of pauses: no more
@@ -107,7 +108,8 @@ def test_a_deadline_stops_before_a_pause_that_would_end_past_it() -> None:
 
 
 def test_the_writer_keeps_its_batch_through_120_s_of_pauses_then_fails_its_rows() -> None:
-    database, pauses = FakeDatabase(down_after=0), []
+    database = FakeDatabase(down_after=0)
+    pauses: list[float] = []
     urls = ["http://a.test/1", "http://a.test/2"]
     outcomes = write_batch(database, urls, sleep=pauses.append)  # the default patience, 120 s
     assert pauses == [1.0, 2.0, 4.0, 8.0] + [15.0] * 7 and sum(pauses) == 120.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.errors import PermanentError, TransientError
+from tests.fakes import FakeTime
 from worker.politeness import TryLater
 from worker.robots import (
     ALLOW_ALL,
@@ -116,17 +117,6 @@ class FakeStore:
 
     def unclaim(self, domain: str, token: str) -> None:
         self.unclaimed.append(token)
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-    def clock(self) -> float:
-        return self.now
 
 
 class Server:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from shared.errors import ConfigError
-from shared.settings import Settings, redact
+from shared.settings import AT_LEAST_ONE, CHOICES, NAME_SETTINGS, NOT_NEGATIVE, POSITIVE, Settings, redact
 
 pytestmark = pytest.mark.unit
 
@@ -55,3 +58,20 @@ def test_good_service_urls_pass() -> None:
         }
     )
     Settings.from_env({"DATABASE_URL": "postgresql:///crawler"})  # a local socket: no host
+
+
+# One value just past each bound, and one outside each set of choices.
+JUST_WRONG = [
+    *((name, 0) for name in AT_LEAST_ONE),
+    *((name, 0) for name in POSITIVE),
+    *((name, -1) for name in NOT_NEGATIVE),
+    *((name, "other") for name in CHOICES),
+    *((name, "a b") for name in NAME_SETTINGS),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), JUST_WRONG)
+def test_every_value_checked_setting_refuses_a_value_past_its_bound(name: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as caught:
+        dataclasses.replace(Settings(), **{name: value}).validate()
+    assert str(caught.value).startswith(f"{name.upper()}: ") and "\n" not in str(caught.value)

@@ -6,6 +6,7 @@ as the server refuses a whole transaction for one bad row, and records what it c
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -83,7 +84,7 @@ def write_batch(database: FakeDatabase, urls: list[str], **options: Any) -> dict
     )
     outcomes: dict[str, BaseException | None] = {}
     for url in urls:
-        store.save_page_later(page(url), lambda error, url=url: outcomes.__setitem__(url, error))
+        store.save_page_later(page(url), functools.partial(outcomes.__setitem__, url))
     store.close()
     return outcomes
 

@@ -13,20 +13,13 @@ import pytest
 
 from ops.crawl_processes import CrawlFailed, Processes, exit_text, last_line
 from shared.supervision import RestartPolicy
+from tests.fakes import FakeTime
 
 pytestmark = pytest.mark.unit
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_pause_doubles_with_each_death_up_to_a_cap() -> None:
-    clock = FakeClock()
+    clock = FakeTime(1000.0)
     policy = RestartPolicy(max_restarts=10, window_s=60, first_delay_s=0.5, max_delay_s=3, clock=clock)
     delays = []
     for _ in range(5):
@@ -36,7 +29,7 @@ def test_the_pause_doubles_with_each_death_up_to_a_cap() -> None:
 
 
 def test_a_process_that_keeps_dying_is_given_up_after_max_restarts_in_the_window() -> None:
-    clock = FakeClock()
+    clock = FakeTime(1000.0)
     policy = RestartPolicy(max_restarts=5, window_s=60, clock=clock)
     answers = []
     for _ in range(6):
@@ -48,7 +41,7 @@ def test_a_process_that_keeps_dying_is_given_up_after_max_restarts_in_the_window
 
 
 def test_deaths_outside_the_window_are_forgotten() -> None:
-    clock = FakeClock()
+    clock = FakeTime(1000.0)
     policy = RestartPolicy(max_restarts=2, window_s=60, first_delay_s=1, clock=clock)
     assert policy.after_exit() == 1
     clock.now += 30

@@ -1,0 +1,149 @@
+"""Small fakes shared by the tests: one of each, so that a change to the interface one stands in
+for is made once, and mypy checks every test that uses it against the real signature.
+
+A fake that only one test file needs stays in that file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from shared.settings import Settings
+from worker.ratelimit import Reservation
+
+
+class FakeTime:
+    """A clock that moves only when someone sleeps, or a test sets `now`.
+
+    It is every form of clock the code takes: `clock()`, `time()` and the instance itself
+    called; `sleep` records each pause in `slept`."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeLimiter:
+    """The shared rate limiter (worker.ratelimit.RateLimiter), answering from lists given in
+    advance and recording what it was asked.
+
+    Each reservation gets the next of `answers` (the last repeats; a go at once if none given).
+    Each clear_to_send gets the next of `clearances`, then, once they are used up, a pause of
+    `paused` seconds if that is set (another worker's 429, say), else a go."""
+
+    def __init__(
+        self,
+        *answers: Reservation,
+        clearances: list[tuple[bool, float, str]] | None = None,
+        paused_s: float = 0.0,
+    ) -> None:
+        self.answers = list(answers) or [Reservation(0.0, True)]
+        self.clearances = list(clearances or [])
+        self.paused = paused_s
+        self.calls: list[tuple[float, float, int]] = []  # (rate, max wait, max concurrent)
+        self.spacings: list[float] = []
+        self.released: list[str] = []
+        self.pauses: list[float] = []
+        self.slowed: list[float] = []  # the rate each slow_down was given
+        self.sped_up = 0
+
+    @property
+    def rates(self) -> list[float]:
+        return [rate for rate, _, _ in self.calls]
+
+    def reserve(
+        self,
+        domain: str,
+        rate_per_s: float,
+        burst: int = 1,
+        *,
+        max_wait_s: float,
+        max_concurrent: int = 0,
+        lease_s: float = 0.0,
+    ) -> Reservation:
+        self.calls.append((rate_per_s, max_wait_s, max_concurrent))
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    def release(self, domain: str, lease: str) -> None:
+        self.released.append(lease)
+
+    def clear_to_send(self, domain: str, spacing_s: float) -> tuple[bool, float, str]:
+        self.spacings.append(spacing_s)
+        if self.clearances:
+            return self.clearances.pop(0)
+        return (False, self.paused, "paused") if self.paused else (True, 0.0, "ok")
+
+    def pause(self, domain: str, seconds: float) -> None:
+        self.pauses.append(seconds)
+
+    def slow_down(self, domain: str, rate_per_s: float) -> float:
+        self.slowed.append(rate_per_s)
+        return 2.0
+
+    def speed_up(self, domain: str) -> float:
+        self.sped_up += 1
+        return 1.0
+
+
+class FakeRunStates:
+    """The state of each run (shared.runstate): `running` unless given, e.g.
+    FakeRunStates(r1="paused"). Records the runs asked about."""
+
+    def __init__(self, **states: str) -> None:
+        self.states = states
+        self.asked: list[str] = []
+
+    def state(self, run_id: str) -> str:
+        self.asked.append(run_id)
+        return self.states.get(run_id, "running")
+
+
+class FakeDeadLetterConnection:
+    """Enough of a psycopg connection to write dead letters (dlq_consumer.store.RecordWriter):
+    records the parameters of each statement, and fails its commit, as a lost server does,
+    when told to."""
+
+    def __init__(self, fail_commit: bool = False) -> None:
+        self.fail_commit = fail_commit
+        self.executed: list[Any] = []
+        self.commits = 0
+        self.closed = False
+
+    def execute(self, query: object, params: Any = None) -> None:
+        self.executed.append(params)
+
+    def commit(self) -> None:
+        if self.fail_commit:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        self.commits += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeConnector:
+    """Hands out the connections it was given, one per call, in turn."""
+
+    def __init__(self, *connections: FakeDeadLetterConnection) -> None:
+        self.waiting = list(connections)
+        self.opened: list[FakeDeadLetterConnection] = []
+
+    def __call__(self, _settings: Settings) -> FakeDeadLetterConnection:
+        conn = self.waiting.pop(0)
+        self.opened.append(conn)
+        return conn
