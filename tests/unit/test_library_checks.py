@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import socket
+from pathlib import Path
 
 import pytest
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
@@ -113,3 +114,13 @@ def test_urllib3_versions_outside_the_checked_range_take_the_public_path() -> No
     assert urllib3_compat.check_private_path("2.8.0", hooked) is None
     assert "outside the checked range" in str(urllib3_compat.check_private_path("3.0.0", hooked))
     assert "outside the checked range" in str(urllib3_compat.check_private_path("1.26.20", hooked))
+
+
+def test_ci_tests_the_newest_allowed_versions_after_the_tests_and_before_the_faults() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    lines = (repo / ".ci/run").read_text(encoding="utf-8").splitlines()
+    assert lines.index("make test") < lines.index("make test-latest") < lines.index("make faults")
+    recipe = (repo / "Makefile").read_text(encoding="utf-8").split("\ntest-latest:\n", 1)[1].split("\n\n")[0]
+    assert "pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'" in recipe
+    assert "-m tests.library_versions" in recipe
+    assert "pytest -m 'unit or integration'" in recipe
