@@ -8,6 +8,7 @@ import logging
 import socket
 from pathlib import Path
 
+import pika
 import pytest
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -124,3 +125,38 @@ def test_ci_tests_the_newest_allowed_versions_after_the_tests_and_before_the_fau
     assert "pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'" in recipe
     assert "-m tests.library_versions" in recipe
     assert "pytest -m 'unit or integration'" in recipe
+
+
+def unopened_connection(private_api: bool = True) -> pika_compat.BatchWritingConnection:
+    """A publisher's connection as made, before its I/O loop runs: nothing written yet."""
+    params = pika.ConnectionParameters(host="127.0.0.1", port=9, connection_attempts=1)
+    return pika_compat.BatchWritingConnection(params, private_api=private_api)
+
+
+def test_a_connection_whose_writes_never_reached_the_hook_publishes_with_pika_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    library_checks._warned.discard("the publisher's joined writes")
+    connection = unopened_connection()
+    try:
+        assert connection.sends_own_frames  # until the check on first use
+        with caplog.at_level(logging.WARNING):
+            connection.confirm_hooked()  # as if open, yet no frame went through the override
+        assert not connection.sends_own_frames
+        assert "did not pass through _adapter_emit_data" in caplog.text
+        with pytest.raises(RuntimeError, match="frames of our own"):
+            connection.emit(b"frames")
+        with connection.writes_joined():  # a plain block: nothing held
+            pass
+    finally:
+        connection.ioloop.close()
+
+
+def test_a_connection_asked_for_the_public_path_takes_it_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    connection = unopened_connection(private_api=False)
+    try:
+        with caplog.at_level(logging.WARNING):
+            connection.confirm_hooked()
+        assert not connection.sends_own_frames and caplog.text == ""
+    finally:
+        connection.ioloop.close()
