@@ -8,10 +8,10 @@ answer differently between a check and the connect that follows (DNS rebinding).
 runs where the connection is made:
 
   * `GuardedAdapter`, a requests transport adapter, resolves the host itself, refuses it if ANY
-    of its addresses is blocked, and connects to an address it has just checked (how it gets
-    urllib3 to connect there: shared/urllib3_compat.py). DNS is asked
-    once per connection, so there is no second answer to rebind. TLS SNI, certificate checks and
-    the Host header still use the host name. Each redirect hop opens its own checked connection.
+    of its addresses is blocked, and connects to an address it has just checked (how urllib3 is
+    made to connect there: shared/urllib3_compat.py). DNS is asked once per connection, so there
+    is no second answer to rebind. TLS SNI, certificate checks and the Host header still use the
+    host name. Each redirect hop opens its own checked connection.
   * `check_url` is the cheap early check for each hop: addresses written in the URL, in every
     spelling resolvers accept (`0x7f000001`, `2130706433`, `0177.0.0.1`, `127.1`, `[::ffff:
     127.0.0.1]`), are refused before any request is made.
@@ -357,6 +357,8 @@ class GuardedAdapter(requests.adapters.HTTPAdapter):
     ) -> None:
         self.guard = guard
         # Before super(), which builds the pools: the classes their connections are made with.
+        # Their responses' reads (headers and body) end at the fetch's deadline, not only each
+        # within a timeout.
         self._pool_classes = urllib3_compat.pool_classes(
             _Connector(guard, open_socket), DeadlineHTTPResponse, private_api
         )
