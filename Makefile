@@ -2,14 +2,16 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+VENV_LATEST ?= .venv-latest
+PY_LATEST := $(VENV_LATEST)/bin/python
 WORKERS ?= 3
 SITEMAP ?=
 RUN_ID ?=
 FAULTS_SIZE ?= small
 RECRAWL_OF ?=
 
-.PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean \
-	images-offline compose-test
+.PHONY: all install demo crawl test test-latest unit integration e2e faults bench lint typecheck up down \
+	clean images-offline compose-test
 
 all: lint typecheck test
 
@@ -37,6 +39,17 @@ crawl: install
 test: install
 	$(PY) -m tests.prepare
 	$(PY) -m pytest
+
+# Unit and integration tests against the newest versions pyproject.toml's ranges allow, in a
+# virtualenv of their own (upgraded on every run): an upgrade that breaks us, or turns off one of
+# the fast paths built on a library's private parts (docs/UPGRADING.md), shows here first.
+test-latest:
+	test -x $(PY_LATEST) || $(PYTHON) -m venv $(VENV_LATEST)
+	$(PY_LATEST) -m pip install --quiet --upgrade pip
+	$(PY_LATEST) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
+	$(PY_LATEST) -m tests.library_versions
+	$(PY_LATEST) -m tests.prepare
+	$(PY_LATEST) -m pytest -m 'unit or integration'
 
 unit: install
 	$(PY) -m pytest -m unit
@@ -85,4 +98,4 @@ compose-test: install
 	PY=$(PY) tests/compose/run.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_LATEST) .pytest_cache .mypy_cache .ruff_cache

@@ -15,12 +15,11 @@ connection), so a retry can duplicate it: workers take that in their stride.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pika
@@ -29,6 +28,7 @@ import pika.spec
 
 from producer.publish_frames import PublishFrames
 from shared.broker import Publication, unavailable
+from shared.pika_compat import BatchWritingConnection
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,11 +89,17 @@ class ConfirmingPublisher:
     """Publishes batches of Publications over one connection, reconnecting when it was lost."""
 
     def __init__(
-        self, settings: Settings, name: str = "producer", confirm_timeout_s: float = CONFIRM_TIMEOUT_S
+        self,
+        settings: Settings,
+        name: str = "producer",
+        confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
+        private_api: bool = True,
     ) -> None:
         self._settings = settings
         self._name = name
         self._confirm_timeout_s = confirm_timeout_s
+        # False: pika's public publishing only (shared/pika_compat.py); the same messages, slower.
+        self._private_api = private_api
         self._link: _Link | None = None
 
     def start(self) -> None:
@@ -111,6 +117,12 @@ class ConfirmingPublisher:
     def publish_batch(self, publications: Sequence[Publication]) -> list[bool]:
         """Publish and wait for every confirm; one outcome per publication, True = confirmed."""
         return self.submit(publications).wait()
+
+    @property
+    def sends_own_frames(self) -> bool:
+        """Whether the open connection publishes with frames of our own, joined in one write a
+        batch (pika's private hook, shared/pika_compat.py), rather than with basic_publish."""
+        return self._link is not None and self._link.sends_own_frames
 
     def close(self) -> None:
         if self._link is not None:
@@ -130,53 +142,17 @@ class ConfirmingPublisher:
             self._link.stop()
             self._link = None
         if self._link is None:
-            self._link = _Link(self._settings, self._name)
+            self._link = _Link(self._settings, self._name, self._private_api)
             self._link.start()
         return self._link
-
-
-class _BatchWritingConnection(pika.SelectConnection):  # type: ignore[misc]
-    """A SelectConnection that can hold its output while a batch is published, then write it in
-    one piece.
-
-    pika writes every frame on its own (three a message: method, header, body) and its transport
-    sends each with a syscall of its own, so 500 messages cost 1,500 small writes, as many TCP
-    segments for RabbitMQ's reader to take apart, and 1,500 releases of the interpreter lock to
-    the thread that reads sitemaps. Joined, they are one write. `_adapter_emit_data` is the hook
-    pika's connection adapters override to send bytes; only the I/O thread calls it.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._held: list[bytes] | None = None
-        super().__init__(*args, **kwargs)
-
-    def _adapter_emit_data(self, data: bytes) -> None:
-        if self._held is None:
-            super()._adapter_emit_data(data)
-        else:
-            self._held.append(data)
-
-    def emit(self, data: bytes) -> None:
-        """Send frames marshalled elsewhere (producer/publish_frames.py), in order with pika's."""
-        self._adapter_emit_data(data)
-
-    @contextlib.contextmanager
-    def writes_joined(self) -> Iterator[None]:
-        """Inside, frames are held; on leaving, they are sent in their order as one write."""
-        self._held = []
-        try:
-            yield
-        finally:
-            held, self._held = self._held, None
-            if held and not self.is_closed:
-                super()._adapter_emit_data(b"".join(held))
 
 
 class _Link:
     """One SelectConnection, its confirm-mode channel and its I/O thread."""
 
-    def __init__(self, settings: Settings, name: str) -> None:
+    def __init__(self, settings: Settings, name: str, private_api: bool = True) -> None:
         self._settings = settings
+        self._private_api = private_api
         self._params = pika.URLParameters(settings.amqp_url)
         self._params.heartbeat = settings.heartbeat_s
         self._params.blocked_connection_timeout = 60
@@ -208,6 +184,10 @@ class _Link:
             raise unavailable(self._settings, error)
 
     @property
+    def sends_own_frames(self) -> bool:
+        return self.usable and bool(self._connection.sends_own_frames)
+
+    @property
     def running(self) -> bool:
         """The I/O thread is alive: it may still resolve what it was given."""
         return self._thread.is_alive()
@@ -228,8 +208,9 @@ class _Link:
 
     def _run(self) -> None:
         try:
-            self._connection = _BatchWritingConnection(
+            self._connection = BatchWritingConnection(
                 self._params,
+                private_api=self._private_api,
                 on_open_callback=self._on_connection_open,
                 on_open_error_callback=self._on_open_error,
                 on_close_callback=self._on_connection_closed,
@@ -265,6 +246,7 @@ class _Link:
         channel.confirm_delivery(ack_nack_callback=self._on_confirm, callback=self._on_confirm_mode)
 
     def _on_confirm_mode(self, _frame: Any) -> None:
+        self._connection.confirm_hooked()
         self.usable = True
         self._ready.set()
 
@@ -308,9 +290,9 @@ class _Link:
 
     def _publish(self, publication: Publication) -> None:
         """Mandatory and persistent: the same bytes as pika's basic_publish, at a fraction of the
-        cost (producer/publish_frames.py)."""
+        cost (producer/publish_frames.py) where frames of our own can be sent."""
         assert self._frames is not None  # set with the channel, before the link is usable
-        frames = self._frames.encode(publication)
+        frames = self._frames.encode(publication) if self._connection.sends_own_frames else None
         if frames is None:
             self._channel.basic_publish(
                 publication.exchange,

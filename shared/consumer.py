@@ -34,7 +34,7 @@ from typing import Any
 
 from tenacity import Retrying, stop_when_event_set
 
-from shared import broker, metrics, retrying
+from shared import broker, metrics, pika_compat, retrying
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from shared.signals import off_the_handler
@@ -116,6 +116,7 @@ class ConsumerRuntime:
         concurrency: int,
         stop_event: threading.Event | None = None,
         when_idle: Callable[[], None] | None = None,
+        private_api: bool = True,
     ) -> None:
         self.settings = settings
         self.name = name
@@ -137,9 +138,10 @@ class ConsumerRuntime:
         self._connection: Any = None
         self._channel: Any = None
         self._publish_channel: Any = None
+        # False: acks through pika's public API only (shared/pika_compat.py); the same acks, slower.
+        self._private_api = private_api
+        self._ack: Callable[[int], None] = lambda _tag: None  # set with each channel
         self._unsettled: set[int] = set()  # delivery tags of this generation not yet settled
-        self._busy = 0
-        self._busy_lock = threading.Lock()
         # Outcomes handed back by handler threads, settled on the connection's thread. One wake
         # of that thread settles all that are waiting: a wake per outcome costs a pipe write and
         # a GIL handoff each. The loop also settles them every POLL_S, so none can be stranded
@@ -221,6 +223,7 @@ class ConsumerRuntime:
         self._generation += 1
         self._unsettled.clear()
         self._connection, self._channel = connection, channel
+        self._ack = pika_compat.batched_ack(channel, self._private_api)
         generation = self._generation
         for sub in self.subscriptions:
             channel.basic_consume(
@@ -276,11 +279,9 @@ class ConsumerRuntime:
             self._channel.basic_reject(tag, requeue=False)
         else:
             if outcome.ack:
-                # The blocking channel's basic_ack polls the socket until this one frame is
-                # written: a poll and a write per message. Queued on the channel underneath,
-                # the acks of one wake go out together on the loop's next poll, which follows
-                # at once (and a close sends queued frames first).
-                self._channel._impl.basic_ack(tag)
+                # Where pika allows, queued: the acks of one wake go out together on the loop's
+                # next poll, which follows at once (and a close sends queued frames first).
+                self._ack(tag)
             else:
                 self._channel.basic_reject(tag, requeue=outcome.requeue)
         self._unsettled.discard(tag)
@@ -408,9 +409,13 @@ def run_consumers(
     on_start: Callable[[], None] | None = None,
     stop_event: threading.Event | None = None,
     when_idle: Callable[[], None] | None = None,
+    private_api: bool = True,
 ) -> int:
-    """Consume until SIGTERM/SIGINT (or `stop_event`), then stop cleanly; return the exit code."""
-    runtime = ConsumerRuntime(settings, name, subscriptions, handler, concurrency, stop_event, when_idle)
+    """Consume until SIGTERM/SIGINT (or `stop_event`), then stop cleanly; return the exit code.
+    `private_api=False` acks through pika's public API only (shared/pika_compat.py)."""
+    runtime = ConsumerRuntime(
+        settings, name, subscriptions, handler, concurrency, stop_event, when_idle, private_api
+    )
     if threading.current_thread() is threading.main_thread():
 
         def request_stop(signum: int, _frame: object) -> None:

@@ -8,9 +8,10 @@ answer differently between a check and the connect that follows (DNS rebinding).
 runs where the connection is made:
 
   * `GuardedAdapter`, a requests transport adapter, resolves the host itself, refuses it if ANY
-    of its addresses is blocked, and connects to an address it has just checked. DNS is asked
-    once per connection, so there is no second answer to rebind. TLS SNI, certificate checks and
-    the Host header still use the host name. Each redirect hop opens its own checked connection.
+    of its addresses is blocked, and connects to an address it has just checked (how urllib3 is
+    made to connect there: shared/urllib3_compat.py). DNS is asked once per connection, so there
+    is no second answer to rebind. TLS SNI, certificate checks and the Host header still use the
+    host name. Each redirect hop opens its own checked connection.
   * `check_url` is the cheap early check for each hop: addresses written in the URL, in every
     spelling resolvers accept (`0x7f000001`, `2130706433`, `0177.0.0.1`, `127.1`, `[::ffff:
     127.0.0.1]`), are refused before any request is made.
@@ -35,11 +36,11 @@ from urllib.parse import urlsplit
 import requests
 import requests.adapters
 from requests.utils import select_proxy
-from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
-from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connection import HTTPConnection
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.connection import create_connection
 
+from shared import urllib3_compat
 from shared.deadline import DeadlineHTTPResponse, clipped_timeout, current_deadline
 from shared.errors import BlockedAddress, ConfigError
 from shared.urls import DEFAULT_PORTS, InvalidURL, ipv4_literal
@@ -299,22 +300,33 @@ def _host_and_port(url: str) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class _Connector:
+    """Where a guarded connection may connect (shared/urllib3_compat.py asks it)."""
+
     guard: AddressGuard
     open_socket: SocketOpener
+
+    def addresses(self, connection: HTTPConnection) -> list[IPAddress]:
+        try:
+            return self.guard.addresses_for(connection.host, connection.port)
+        except socket.gaierror as exc:
+            raise NameResolutionError(connection.host, connection, exc) from exc
+
+    def attempt_timeout(self, connection: HTTPConnection) -> Any:
+        # Each attempt waits at most until the deadline of the fetch this connection is made for
+        # (shared/deadline.py); the socket keeps that timeout for the TLS handshake, which
+        # Python bounds as a whole.
+        return clipped_timeout(connection.timeout, current_deadline())
 
     def connect(self, connection: HTTPConnection) -> socket.socket:
         """What urllib3's HTTPConnection._new_conn does, with the addresses chosen by the guard
         and its errors translated the same way."""
         host, port = connection.host, connection.port
-        deadline = current_deadline()  # of the fetch this connection is made for (shared/deadline.py)
+        addresses = self.addresses(connection)
         try:
-            addresses = self.guard.addresses_for(host, port)
             error: OSError = OSError(f"no address to connect to for {host}")
             for address in addresses:
                 target = (str(address), port)
-                # Each attempt waits at most until the deadline; the socket keeps that timeout
-                # for the TLS handshake, which Python bounds as a whole.
-                timeout = clipped_timeout(connection.timeout, deadline)
+                timeout = self.attempt_timeout(connection)
                 try:
                     return self.open_socket(
                         target, timeout, connection.source_address, connection.socket_options
@@ -322,59 +334,10 @@ class _Connector:
                 except OSError as exc:
                     error = exc
             raise error
-        except socket.gaierror as exc:
-            raise NameResolutionError(host, connection, exc) from exc
         except TimeoutError as exc:
             raise ConnectTimeoutError(connection, f"connection to {host} timed out") from exc
         except OSError as exc:
             raise NewConnectionError(connection, f"failed to connect to {host}: {exc}") from exc
-
-
-class _GuardedHTTPConnection(HTTPConnection):
-    # Its reads (headers and body) end at the fetch's deadline, not only each within a timeout.
-    response_class = DeadlineHTTPResponse
-
-    def __init__(self, *args: Any, connector: _Connector, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._connector = connector
-
-    def _new_conn(self) -> socket.socket:
-        return self._connector.connect(self)
-
-
-class _GuardedHTTPSConnection(HTTPSConnection):
-    # TLS is set up by HTTPSConnection.connect over the socket made here, for the host name.
-    response_class = DeadlineHTTPResponse
-
-    def __init__(self, *args: Any, connector: _Connector, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._connector = connector
-
-    def _new_conn(self) -> socket.socket:
-        return self._connector.connect(self)
-
-
-class _GuardedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _GuardedHTTPConnection
-
-
-class _GuardedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _GuardedHTTPSConnection
-
-
-class _GuardedPoolManager(PoolManager):
-    def __init__(self, connector: _Connector, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._connector = connector
-        self.pool_classes_by_scheme = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
-
-    def _new_pool(
-        self, scheme: str, host: str, port: int, request_context: dict[str, Any] | None = None
-    ) -> HTTPConnectionPool:
-        # Extra pool keywords reach each new connection: that is how it gets the connector.
-        context = dict(self.connection_pool_kw if request_context is None else request_context)
-        context["connector"] = self._connector
-        return super()._new_pool(scheme, host, port, context)
 
 
 class GuardedAdapter(requests.adapters.HTTPAdapter):
@@ -390,16 +353,20 @@ class GuardedAdapter(requests.adapters.HTTPAdapter):
         open_socket: SocketOpener = create_connection,
         pool_hosts: int = requests.adapters.DEFAULT_POOLSIZE,
         pool_size: int = requests.adapters.DEFAULT_POOLSIZE,
+        private_api: bool = True,
     ) -> None:
         self.guard = guard
-        self._connector = _Connector(guard, open_socket)  # before super(): it builds the pools
+        # Before super(), which builds the pools: the classes their connections are made with.
+        # Their responses' reads (headers and body) end at the fetch's deadline, not only each
+        # within a timeout.
+        self._pool_classes = urllib3_compat.pool_classes(
+            _Connector(guard, open_socket), DeadlineHTTPResponse, private_api
+        )
         super().__init__(pool_connections=pool_hosts, pool_maxsize=pool_size)
 
     def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **kwargs: Any) -> None:
-        self._pool_connections, self._pool_maxsize, self._pool_block = connections, maxsize, block
-        self.poolmanager = _GuardedPoolManager(
-            self._connector, num_pools=connections, maxsize=maxsize, block=block, **kwargs
-        )
+        super().init_poolmanager(connections, maxsize, block, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = self._pool_classes
 
     def send(
         self,
@@ -422,16 +389,19 @@ def guarded_session(
     open_socket: SocketOpener = create_connection,
     pool_hosts: int = requests.adapters.DEFAULT_POOLSIZE,
     pool_size: int = requests.adapters.DEFAULT_POOLSIZE,
+    private_api: bool = True,
 ) -> requests.Session:
     """A requests.Session that refuses blocked addresses (BLOCK_PRIVATE_ADDRESSES,
     FETCH_ALLOWLIST) on every connection, redirects included.
 
     Proxy settings in the environment are ignored: a proxy would make the connection instead of
     us. It keeps connections to the `pool_hosts` hosts used last, up to `pool_size` idle ones
-    each. `resolver` and `open_socket` are seams for tests.
+    each. `resolver` and `open_socket` are seams for tests; `open_socket` is not used on
+    urllib3's public path (`private_api=False`, or where its private one fails its check:
+    shared/urllib3_compat.py).
     """
     guard = AddressGuard(AddressPolicy.from_settings(settings), resolver)
-    adapter = GuardedAdapter(guard, open_socket, pool_hosts, pool_size)
+    adapter = GuardedAdapter(guard, open_socket, pool_hosts, pool_size, private_api)
     session = requests.Session()
     session.trust_env = False
     session.mount("http://", adapter)

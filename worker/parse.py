@@ -121,11 +121,13 @@ def parse_page(
     max_text_chars: int = MAX_TEXT_CHARS,
     max_links: int = MAX_LINKS,
     budget: ParseBudget = DEFAULT_BUDGET,
+    private_api: bool = True,
 ) -> ParsedPage:
     """Extract the page fields; raise PermanentError('parse_error') if the parser fails, and
-    PermanentError('parse_limit') past the budget."""
+    PermanentError('parse_limit') past the budget. `private_api=False` builds the tree through
+    bs4's public API only (worker/html_builder.py): the same fields, slower."""
     try:
-        return _parse(html, base_url, max_text_chars, max_links, budget)
+        return _parse(html, base_url, max_text_chars, max_links, budget, private_api)
     except ParseLimitExceeded as exc:
         raise PermanentError("parse_limit", f"{base_url}: {exc}") from None
     except Exception as exc:  # lxml and bs4 fail in many ways on hostile input; all are final
@@ -133,14 +135,19 @@ def parse_page(
 
 
 def _parse(
-    html: str | bytes, base_url: str, max_text_chars: int, max_links: int, budget: ParseBudget
+    html: str | bytes,
+    base_url: str,
+    max_text_chars: int,
+    max_links: int,
+    budget: ParseBudget,
+    private_api: bool = True,
 ) -> ParsedPage:
     # No multi-valued attributes: `rel` and `class` stay strings, which saves splitting every
     # class attribute of the page for fields that never read one.
     if isinstance(html, bytes):  # decoded by our rules, which the worker applies to every page
         html = decode_html(html)
     budget.refuse_early(html)
-    soup = new_soup(html, multi_valued_attributes=False, budget=budget)
+    soup = new_soup(html, multi_valued_attributes=False, budget=budget, private_api=private_api)
     scan = _Scan()
     scan.walk(soup, _first_body(soup) or soup)
     # A soup is a web of parent and sibling references: dropped as it is, only the cyclic

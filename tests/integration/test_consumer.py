@@ -51,12 +51,13 @@ def consume_in_thread(
     handler: Callable[[Delivery], Outcome],
     concurrency: int = 2,
     when_idle: Callable[[], None] | None = None,
+    private_api: bool = True,
 ) -> tuple[threading.Event, threading.Thread]:
     stop = threading.Event()
     thread = threading.Thread(
         target=run_consumers,
         args=(settings, "test-consumer", subscriptions, handler, concurrency),
-        kwargs={"stop_event": stop, "when_idle": when_idle},
+        kwargs={"stop_event": stop, "when_idle": when_idle, "private_api": private_api},
         daemon=True,
     )
     thread.start()

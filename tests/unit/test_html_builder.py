@@ -1,9 +1,12 @@
-"""HtmlTreeBuilder builds the tree BeautifulSoup's own lxml builder builds, field for field."""
+"""HtmlTreeBuilder (worker/bs4_fastpath.py) builds the tree BeautifulSoup's own lxml builder
+builds, field for field; so does new_soup on either path; and the check that decides between
+them turns the fast one off when it would not."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import bs4
 import pytest
 from bs4 import BeautifulSoup, Tag
 from hypothesis import given
@@ -12,7 +15,9 @@ from hypothesis import strategies as st
 
 from bench.perf_site import page_html
 from tests.unit.test_parse import FULL
-from worker.html_builder import HtmlTreeBuilder, new_soup
+from worker import bs4_fastpath
+from worker.bs4_fastpath import HtmlTreeBuilder, anatomy
+from worker.html_builder import BudgetedTreeBuilder, new_soup
 
 pytestmark = pytest.mark.unit
 
@@ -80,57 +85,16 @@ PIECES = st.one_of(
     st.text(max_size=8),
 )
 
-LINKS = ("parent", "previous_element", "next_element", "previous_sibling", "next_sibling")
-# The soup's parse state, compared apart from its fields as a tag.
-SOUP_STATE = (
-    "builder",
-    "markup",
-    "tagStack",
-    "currentTag",
-    "_most_recent_element",
-    "current_data",
-    "open_tag_counter",
-    "preserve_whitespace_tag_stack",
-    "string_container_stack",
-)
-
-
-def anatomy(soup: BeautifulSoup) -> tuple[list[Any], Any]:
-    """Every node's class, text and fields, with its links as positions in document order,
-    and the soup's parse state: what two builders must agree on."""
-    nodes = [soup, *soup.descendants]
-    position = {id(node): index for index, node in enumerate(nodes)}
-
-    def at(node: object) -> object:
-        return None if node is None else position.get(id(node), "outside the tree")
-
-    described = []
-    for node in nodes:
-        fields = {name: value for name, value in vars(node).items() if name not in LINKS + SOUP_STATE}
-        if isinstance(node, Tag):
-            fields["contents"] = [at(child) for child in node.contents]
-            fields["attrs"] = [(type(k), str(k), type(v), v) for k, v in node.attrs.items()]
-        text = None if isinstance(node, Tag) else str(node)
-        described.append(
-            (type(node), text, sorted(fields.items()), [at(getattr(node, link)) for link in LINKS])
-        )
-    state = (
-        [at(tag) for tag in soup.tagStack],
-        at(soup.currentTag),
-        at(soup._most_recent_element),
-        soup.current_data,
-        {name: count for name, count in soup.open_tag_counter.items() if count},
-        [at(tag) for tag in soup.preserve_whitespace_tag_stack],
-        [at(tag) for tag in soup.string_container_stack],
-    )
-    return described, state
-
 
 def assert_same_tree(markup: str) -> None:
-    assert anatomy(BeautifulSoup(markup, builder=HtmlTreeBuilder())) == anatomy(BeautifulSoup(markup, "lxml"))
-    assert anatomy(new_soup(markup)) == anatomy(BeautifulSoup(markup, "lxml"))
-    stock_single_valued = BeautifulSoup(markup, "lxml", multi_valued_attributes=None)
-    assert anatomy(new_soup(markup, multi_valued_attributes=False)) == anatomy(stock_single_valued)
+    stock = anatomy(BeautifulSoup(markup, "lxml"))
+    assert anatomy(BeautifulSoup(markup, builder=HtmlTreeBuilder())) == stock
+    assert anatomy(BeautifulSoup(markup, builder=BudgetedTreeBuilder())) == stock
+    assert anatomy(new_soup(markup)) == stock
+    assert anatomy(new_soup(markup, private_api=False)) == stock
+    stock_single_valued = anatomy(BeautifulSoup(markup, "lxml", multi_valued_attributes=None))
+    assert anatomy(new_soup(markup, multi_valued_attributes=False)) == stock_single_valued
+    assert anatomy(new_soup(markup, multi_valued_attributes=False, private_api=False)) == stock_single_valued
 
 
 @pytest.mark.parametrize(
@@ -200,3 +164,44 @@ def test_a_parse_broken_off_leaves_the_builder_usable() -> None:
 def test_options_it_does_not_build_are_refused() -> None:
     with pytest.raises(ValueError, match="parse_only"):
         BeautifulSoup("<p>a</p>", builder=HtmlTreeBuilder(), element_classes={Tag: type("T", (Tag,), {})})
+
+
+def test_new_soup_takes_the_fast_path_where_its_check_passes_and_the_public_one_when_asked() -> None:
+    assert bs4_fastpath.usable()  # the installed beautifulsoup4 is one it was checked on
+    assert type(new_soup("<p>a</p>").builder) is HtmlTreeBuilder
+    assert type(new_soup("<p>a</p>", private_api=False).builder) is BudgetedTreeBuilder
+
+
+def test_the_check_passes_the_fast_builder_on_the_installed_bs4() -> None:
+    assert bs4_fastpath.check(bs4.__version__, HtmlTreeBuilder) is None
+
+
+@pytest.mark.parametrize("version", ["4.12.3", "4.16.0", "5.0", "not a version"])
+def test_the_check_refuses_versions_it_was_not_checked_on(version: str) -> None:
+    why = bs4_fastpath.check(version, HtmlTreeBuilder)
+    assert why is not None and "outside the checked range >=4.13,<4.16" in why
+
+
+class _ForgetsAField(HtmlTreeBuilder):
+    """What a new bs4 field that Tag.__init__ sets, and the fast builder does not, looks like."""
+
+    def start(self, tag: Any, attrib: Any, nsmap: Any = None) -> None:
+        super().start(tag, attrib, nsmap)
+        assert self.soup is not None
+        del self.soup.currentTag.hidden
+
+
+class _MissesAPrivatePart(HtmlTreeBuilder):
+    """What a private method renamed in a new bs4 looks like."""
+
+    def end(self, tag: Any) -> None:
+        raise AttributeError("'BeautifulSoup' object has no attribute '_popToTag'")
+
+
+def test_the_check_refuses_a_builder_whose_tree_differs_or_that_breaks() -> None:
+    assert (
+        bs4_fastpath.check(bs4.__version__, _ForgetsAField)
+        == "its tree differs from bs4's own on a sample page"
+    )
+    why = bs4_fastpath.check(bs4.__version__, _MissesAPrivatePart)
+    assert why is not None and "no attribute '_popToTag'" in why

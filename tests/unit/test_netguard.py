@@ -1,9 +1,12 @@
-"""The address guard against a table of hostile hosts.
+"""The address guard against a table of hostile hosts, on both of urllib3's paths
+(shared/urllib3_compat.py): the tests that connect run once with its private connect hook and
+once with the public fallback.
 
 Nothing here may reach beyond loopback: names resolve through `FakeDNS`, and every socket is
-opened by `LoopbackOnly`, which refuses any other address, so a guard bug fails the test instead
-of sending traffic. A `Canary` listener on 127.0.0.1 counts the connections it accepts: zero
-while the guard is on, more once its address is allowlisted.
+opened by `LoopbackOnly` (on the private path) and watched by `ConnectWatch` (on both), which
+refuse any other address, so a guard bug fails the test instead of sending traffic. A `Canary`
+listener on 127.0.0.1 counts the connections it accepts: zero while the guard is on, more once
+its address is allowlisted.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import dataclasses
 import ipaddress
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +29,7 @@ from urllib3.util.connection import create_connection
 
 from producer.fetch import HttpFetcher
 from producer.sitemaps import SitemapReader
+from shared import urllib3_compat
 from shared.errors import BlockedAddress, ConfigError
 from shared.netguard import check_url, guarded_session, system_resolver
 from shared.settings import Settings
@@ -87,6 +92,52 @@ class LoopbackOnly:
         return create_connection(address, *args)
 
 
+class ConnectWatch:
+    """The addresses this process connects sockets to while a watch is on (Python's
+    'socket.connect' audit event, raised whoever opens the socket), refusing any beyond
+    loopback. An audit hook cannot be removed: one is added, and does nothing between tests."""
+
+    current: ClassVar[ConnectWatch | None] = None
+    hooked: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.connected: list[tuple[str, int]] = []
+        if not ConnectWatch.hooked:
+            sys.addaudithook(ConnectWatch._on_event)
+            ConnectWatch.hooked = True
+
+    @staticmethod
+    def _on_event(event: str, args: tuple[Any, ...]) -> None:
+        watch = ConnectWatch.current
+        if watch is None or event != "socket.connect" or not isinstance(args[1], tuple):
+            return
+        host, port = str(args[1][0]).partition("%")[0], args[1][1]
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise OffLoopback(args[1])
+        watch.connected.append((host, port))
+
+
+@pytest.fixture(autouse=True)
+def watch() -> Iterator[ConnectWatch]:
+    made = ConnectWatch()
+    ConnectWatch.current = made
+    yield made
+    ConnectWatch.current = None
+
+
+@pytest.fixture(params=[True, False], ids=["private_api", "public_api"])
+def private_api(request: pytest.FixtureRequest) -> bool:
+    """Both of urllib3's paths; the private one must be the one in use where it is wanted."""
+    wanted: bool = request.param
+    if wanted:
+        assert urllib3_compat.private_path_checked() is None
+    return wanted
+
+
 class Canary:
     """A listener that counts accepted connections and answers each with a small HTML 200."""
 
@@ -143,8 +194,10 @@ def canary() -> Iterator[Canary]:
     made.close()
 
 
-def session(settings: Settings, dns: FakeDNS, opener: LoopbackOnly) -> requests.Session:
-    return guarded_session(settings, resolver=dns, open_socket=opener)
+def session(
+    settings: Settings, dns: FakeDNS, opener: LoopbackOnly, private_api: bool = True
+) -> requests.Session:
+    return guarded_session(settings, resolver=dns, open_socket=opener, private_api=private_api)
 
 
 # Hosts refused with the guard on: (host as written in the URL, words the refusal must contain).
@@ -211,18 +264,21 @@ NAMES = set(fake_dns().answers)
 
 
 @pytest.mark.parametrize(("host", "why"), BLOCKED_HOSTS)
-def test_blocked_host_is_refused_before_any_socket_opens(host: str, why: str, canary: Canary) -> None:
+def test_blocked_host_is_refused_before_any_socket_opens(
+    host: str, why: str, canary: Canary, watch: ConnectWatch, private_api: bool
+) -> None:
     url = f"http://{host}:{canary.port}/page"
     opener = LoopbackOnly()
     resolver = system_resolver if host == "localhost." else fake_dns()
+    guarded = guarded_session(GUARD_ON, resolver=resolver, open_socket=opener, private_api=private_api)
     with pytest.raises(BlockedAddress) as refused:
-        guarded_session(GUARD_ON, resolver=resolver, open_socket=opener).get(url, timeout=2)
+        guarded.get(url, timeout=2)
     assert why in refused.value.detail
     assert refused.value.reason == "blocked_address"
     if host not in NAMES:  # an address (or localhost) in the URL is refused before any request
         with pytest.raises(BlockedAddress, match=re.escape(why)):
             check_url(GUARD_ON)(url)
-    assert opener.opened == []
+    assert opener.opened == [] and watch.connected == []
     assert canary.accepted() == 0
 
 
@@ -271,62 +327,72 @@ def test_guard_off_lets_everything_through() -> None:
             check_url(settings, resolver=fake_dns())(f"http://{host}/")
 
 
-def test_allowlisted_loopback_reaches_the_canary(canary: Canary) -> None:
+def test_allowlisted_loopback_reaches_the_canary(
+    canary: Canary, watch: ConnectWatch, private_api: bool
+) -> None:
     opener = LoopbackOnly()
-    with session(LOOPBACK_ALLOWED, fake_dns(), opener) as allowed:
+    with session(LOOPBACK_ALLOWED, fake_dns(), opener, private_api) as allowed:
         for host in ("127.0.0.1", "2130706433", "0x7f000001", "127.1", "loop.test"):
             response = allowed.get(f"http://{host}:{canary.port}/", timeout=2)
             assert response.text == "ok"
     assert canary.accepted() == 5
-    assert {address for address, _ in opener.opened} == {"127.0.0.1"}
+    assert watch.connected == [("127.0.0.1", canary.port)] * 5
+    assert len(opener.opened) == (5 if private_api else 0)
 
 
-def test_https_is_guarded_too(canary: Canary) -> None:
-    url = f"https://127.0.0.1:{canary.port}/"
-    with pytest.raises(BlockedAddress):
-        session(GUARD_ON, fake_dns(), LoopbackOnly()).get(url, timeout=2)
-    assert canary.accepted() == 0
+def test_https_is_guarded_too(canary: Canary, private_api: bool) -> None:
+    for url in (f"https://127.0.0.1:{canary.port}/", f"https://loop.test:{canary.port}/"):
+        with pytest.raises(BlockedAddress):
+            session(GUARD_ON, fake_dns(), LoopbackOnly(), private_api).get(url, timeout=2)
+        assert canary.accepted() == 0
+    allowed = session(LOOPBACK_ALLOWED, fake_dns(), LoopbackOnly(), private_api)
     with pytest.raises(requests.exceptions.SSLError):  # the canary speaks no TLS, but was reached
-        session(LOOPBACK_ALLOWED, fake_dns(), LoopbackOnly()).get(url, timeout=2)
+        allowed.get(f"https://loop.test:{canary.port}/", timeout=2)
     assert canary.accepted() == 1
 
 
-def test_ipv6_loopback_canary_sees_nothing() -> None:
+def test_ipv6_loopback_canary_sees_nothing(private_api: bool) -> None:
     try:
         canary = Canary("::1")
     except OSError:
         pytest.skip("no IPv6 loopback here")
     try:
         with pytest.raises(BlockedAddress):
-            session(GUARD_ON, fake_dns(), LoopbackOnly()).get(f"http://[::1]:{canary.port}/", timeout=2)
+            guarded = session(GUARD_ON, fake_dns(), LoopbackOnly(), private_api)
+            guarded.get(f"http://[::1]:{canary.port}/", timeout=2)
         assert canary.accepted() == 0
-        allowed = dataclasses.replace(GUARD_ON, fetch_allowlist="::1")
-        assert session(allowed, fake_dns(), LoopbackOnly()).get(f"http://[::1]:{canary.port}/").text == "ok"
+        allowed = session(
+            dataclasses.replace(GUARD_ON, fetch_allowlist="::1"), fake_dns(), LoopbackOnly(), private_api
+        )
+        assert allowed.get(f"http://v6loop.test:{canary.port}/").text == "ok"
         assert canary.accepted() == 1
     finally:
         canary.close()
 
 
-def test_dns_rebinding_is_caught_at_connect(canary: Canary) -> None:
+def test_dns_rebinding_is_caught_at_connect(canary: Canary, watch: ConnectWatch, private_api: bool) -> None:
     dns, opener = fake_dns(), LoopbackOnly()
     url = f"http://rebind.test:{canary.port}/"
     check_url(GUARD_ON, resolver=dns)(url)  # first answer: public, so the early check passes
     with pytest.raises(BlockedAddress, match=re.escape("127.0.0.1 is loopback")):
-        session(GUARD_ON, dns, opener).get(url, timeout=2)
+        session(GUARD_ON, dns, opener, private_api).get(url, timeout=2)
     assert dns.asked == ["rebind.test", "rebind.test"]
-    assert opener.opened == []
+    assert opener.opened == [] and watch.connected == []
     assert canary.accepted() == 0
 
 
-def test_the_connection_goes_to_the_address_that_was_checked(canary: Canary) -> None:
+def test_the_connection_goes_to_the_address_that_was_checked(
+    canary: Canary, watch: ConnectWatch, private_api: bool
+) -> None:
     # Answers flip from allowed loopback to a blocked private address: one question per
     # connection means the flip cannot land between the check and the connect.
     dns = FakeDNS({"flip.test": [["127.0.0.1"], ["10.0.0.1"]]})
     opener = LoopbackOnly()
-    response = session(LOOPBACK_ALLOWED, dns, opener).get(f"http://flip.test:{canary.port}/", timeout=2)
+    guarded = session(LOOPBACK_ALLOWED, dns, opener, private_api)
+    response = guarded.get(f"http://flip.test:{canary.port}/", timeout=2)
     assert response.text == "ok"
     assert dns.asked == ["flip.test"]
-    assert opener.opened == [("127.0.0.1", canary.port)]
+    assert watch.connected == [("127.0.0.1", canary.port)]
 
 
 class RedirectHandler(BaseHTTPRequestHandler):
@@ -371,29 +437,31 @@ REDIRECT_TARGETS = [
 
 
 @pytest.mark.parametrize("target", REDIRECT_TARGETS)
-def test_redirect_to_a_blocked_address_is_refused(target: str, redirector: int, canary: Canary) -> None:
+def test_redirect_to_a_blocked_address_is_refused(
+    target: str, redirector: int, canary: Canary, watch: ConnectWatch, private_api: bool
+) -> None:
     # site.test is allowed by name; the hop it redirects to is not.
     settings = dataclasses.replace(GUARD_ON, fetch_allowlist="site.test", max_redirects=3)
     url = f"http://site.test:{redirector}/to/{quote(target.format(port=canary.port), safe='')}"
     opener = LoopbackOnly()
     with pytest.raises(BlockedAddress):  # requests following the redirect itself
-        session(settings, fake_dns(), opener).get(url, timeout=2)
+        session(settings, fake_dns(), opener, private_api).get(url, timeout=2)
     worker = Fetcher(
         settings,
-        session_factory=lambda: session(settings, fake_dns(), opener),
+        session_factory=lambda: session(settings, fake_dns(), opener, private_api),
         check_url=check_url(settings),
     )
     with worker, pytest.raises(BlockedAddress) as refused:  # the worker, checking each hop
         worker.fetch(url)
     assert refused.value.reason == "blocked_address"
     assert canary.accepted() == 0
-    assert {address for address, _ in opener.opened} == {"127.0.0.1"}  # the redirector only
+    assert set(watch.connected) == {("127.0.0.1", redirector)}  # the redirector only
     assert RedirectHandler.hosts[-1] == f"site.test:{redirector}"  # Host header: the name
 
 
-def test_a_proxied_request_has_its_target_judged(canary: Canary) -> None:
+def test_a_proxied_request_has_its_target_judged(canary: Canary, private_api: bool) -> None:
     proxy = {"http": f"http://127.0.0.1:{canary.port}"}  # the canary plays the proxy
-    guarded = session(LOOPBACK_ALLOWED, fake_dns(), LoopbackOnly())
+    guarded = session(LOOPBACK_ALLOWED, fake_dns(), LoopbackOnly(), private_api)
     with pytest.raises(BlockedAddress, match=re.escape("10.0.0.5 is private")):
         guarded.get("http://internal.test/", proxies=proxy, timeout=2)
     assert canary.accepted() == 0
