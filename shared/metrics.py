@@ -85,7 +85,7 @@ DEFERRALS = Counter(
 FETCHES_IN_FLIGHT = Gauge("crawl_fetches_in_flight", "Deliveries a worker process is working on now.")
 
 PRODUCER_COPIES_RECEIVED = Counter(
-    "crawl_producer_copies_received", "Producer messages at their first delivery to a worker."
+    "crawl_copies_received", "Producer messages at their first delivery to a worker."
 )
 DUPLICATE_DELIVERIES = Counter(
     "crawl_duplicate_deliveries", "Deliveries of a URL already settled, acked unfetched.", ["kind"]

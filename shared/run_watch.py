@@ -64,6 +64,11 @@ class RunWatch:
     def total(self) -> int:
         return recorded_enqueued(self._redis, self._keys, self._run_id)
 
+    def counters(self) -> dict[str, int]:
+        """The run's numeric counters (shared/keys.py: the run's stats hash)."""
+        stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]
+        return {k.decode(): int(v) for k, v in stats.items() if v.lstrip(b"-").isdigit()}
+
     def enqueued_by_queue(self) -> dict[str, int]:
         stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]
         found = {k.decode(): int(v) for k, v in stats.items() if k.startswith(b"enqueued.")}

@@ -35,6 +35,7 @@ from shared import broker, db, management
 from shared.accounting import account
 from shared.activity import recent_activity
 from shared.cli import configure_logging, run_main
+from shared.copies import Copies
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.management import HttpGet
@@ -235,6 +236,7 @@ def add_redis_figures(settings: Settings, report: dict[str, Any], run_id: str | 
             prefix = run_prefix(client, settings, run_id)
             report["run"]["redis_prefix"] = prefix
             report["run"]["counters"] = run_counters(client, prefix, run_id) if prefix else {}
+            report["run"]["copies"] = Copies.from_counters(report["run"]["counters"]).figures()
             prefixes += [prefix] if prefix else []
         report["workers"] = running_workers(client, prefixes, pages)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
