@@ -11,10 +11,11 @@ says how many messages the broker received. Two counts together do:
 Once the run's work queues are drained, the broker received `copies_received` messages from
 producers, of which `enqueued` first copies and the rest second copies: URLs a producer
 published and died before marking, then published again by the run that took its claim over.
-A second copy that arrives after its URL is settled is acked unfetched
-(`duplicate_deliveries.copy`); one that arrives while its first copy is still being handled is
-handled again (fetched again, still one row). Before the queues are drained these are the
-copies delivered so far.
+A copy that arrives after its URL is settled is acked unfetched
+(`duplicate_deliveries.copy` at its first delivery, `.forwarded` when it comes back from a
+defer or retry queue); one that arrives while the other copy is still being handled, or of a URL
+that ended dead, is handled again (fetched again, still one outcome). Before the queues are
+drained these are the copies delivered so far.
 
 One case leaves the figure a bound instead: a worker that lost its connection before it had
 looked at messages it held (its prefetch) gives them back `redelivered`, uncounted. Then the
@@ -33,7 +34,11 @@ class Copies:
     first: int  # URLs enqueued, each counted once
     delivered: int  # producer messages delivered to a worker at least once
     redelivered: int  # producer messages delivered again (a worker lost its connection)
-    second_acked: int  # second copies acked unfetched, their URL already settled
+    # Producer messages acked unfetched because their URL was settled: at their first delivery
+    # (`duplicate_deliveries.copy`), or coming back from a defer or retry queue
+    # (`.forwarded`). Without lost workers, each is a second copy, or a first copy whose
+    # second copy was handled first.
+    second_acked: int
     taken_over: int  # claims of a dead producer taken over
     republished: int  # of those, published again by the run that took them
 
@@ -49,7 +54,7 @@ class Copies:
             ),
             delivered=count("copies_received"),
             redelivered=count("copies_redelivered"),
-            second_acked=count("duplicate_deliveries.copy"),
+            second_acked=count("duplicate_deliveries.copy") + count("duplicate_deliveries.forwarded"),
             taken_over=count("taken_over"),
             republished=count("republished"),
         )
@@ -61,7 +66,9 @@ class Copies:
 
     @property
     def second_handled_again(self) -> int:
-        """Second copies handled while their first was in flight: fetched again."""
+        """Second copies that were not acked unfetched: handled while their first copy was in
+        flight, or of a URL that ended dead (dead letters are not marked). Each costs at most
+        the fetches of one URL."""
         return max(0, self.second - self.second_acked)
 
     def figures(self) -> dict[str, int]:
@@ -85,7 +92,7 @@ class Copies:
             lines.append(
                 f"  {'broker copies':<{width}}{self.delivered:6d}   delivered so far{bound}: "
                 f"{min(self.delivered, self.first)} first + {self.second} second copies "
-                f"({self.second_acked} acked unfetched, {self.second_handled_again} fetched again); "
+                f"({self.second_acked} acked unfetched, {self.second_handled_again} handled again); "
                 "all the broker received once the queues are drained"
             )
         return lines

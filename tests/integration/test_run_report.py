@@ -36,7 +36,7 @@ def test_render_says_how_many_copies_the_broker_got_after_a_takeover() -> None:
     assert "  taken over             3   claims of a dead producer; 2 re-published" in text
     assert (
         "  broker copies          6   delivered so far: 4 first + 2 second copies "
-        "(1 acked unfetched, 1 fetched again)" in text
+        "(1 acked unfetched, 1 handled again)" in text
     )
 
 

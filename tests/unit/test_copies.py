@@ -16,7 +16,8 @@ AFTER_KILLS = {
     "copies_received": 1_200,
     "copies_redelivered": 0,
     "duplicate_deliveries": 197,
-    "duplicate_deliveries.copy": 197,
+    "duplicate_deliveries.copy": 190,
+    "duplicate_deliveries.forwarded": 7,  # came back from a defer queue to a settled URL
     "retries": 5,
 }
 
@@ -32,7 +33,7 @@ def test_the_lines_say_first_plus_second_and_the_takeovers() -> None:
     taken, delivered = Copies.from_counters(AFTER_KILLS).lines()
     assert "400" in taken and "250 re-published" in taken
     assert "1200" in delivered and "1000 first + 200 second copies" in delivered
-    assert "197 acked unfetched, 3 fetched again" in delivered
+    assert "197 acked unfetched, 3 handled again" in delivered
     assert "redelivered" not in delivered
 
 
