@@ -128,7 +128,8 @@ def describe(label: str, runs: list[dict[str, Any]]) -> str:
     return (
         f"{label:<10} pages {runs[0]['pages']}; per page: worker CPU {per_page('worker_cpu_s', 1e3):.2f} ms "
         f"(runs: {each}), "
-        f"Redis CPU {per_page('redis_cpu_s', 1e6):.0f} µs, Redis commands {per_page('commands'):.2f} ({watched})"
+        f"Redis CPU {per_page('redis_cpu_s', 1e6):.0f} µs, "
+        f"Redis commands {per_page('commands'):.2f} ({watched})"
     )
 
 
