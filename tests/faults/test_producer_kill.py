@@ -126,7 +126,7 @@ def test_sigkilled_producer_rerun_at_once_loses_and_doubles_nothing(
         copies_received=copies.delivered,
         second_copies=copies.second,
         second_copies_acked=copies.second_acked,
-        second_copies_fetched_again=copies.second_handled_again,
+        second_copies_handled_again=copies.second_handled_again,
         duplicate_deliveries=counters.get("duplicate_deliveries", 0),
         extra_fetches=healthy_extra + broken_extra,
         final_run={k: summary[k] for k in ("enqueued_total", "duplicates", "taken_over", "republished")},
