@@ -28,7 +28,7 @@ from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS
 from shared.progress import Snapshot
-from shared.runstate import read_state, recorded_enqueued
+from shared.runstate import read_state, recorded_counters, recorded_enqueued
 from shared.settings import Settings
 from shared.topology import build_topology
 
@@ -66,8 +66,7 @@ class RunWatch:
 
     def counters(self) -> dict[str, int]:
         """The run's numeric counters (shared/keys.py: the run's stats hash)."""
-        stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]
-        return {k.decode(): int(v) for k, v in stats.items() if v.lstrip(b"-").isdigit()}
+        return recorded_counters(self._redis, self._keys, self._run_id)
 
     def enqueued_by_queue(self) -> dict[str, int]:
         stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]
