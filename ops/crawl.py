@@ -41,6 +41,7 @@ from ops.crawl_processes import (
 from ops.run_watch import WATCH_ERRORS, RunWatch
 from shared import db
 from shared.cli import configure_logging, run_main
+from shared.copies import Copies
 from shared.errors import ConfigError
 from shared.keys import Keys
 from shared.progress import EVERY_S, ProgressDisplay, Rate, Snapshot, live_detail, periodic_line
@@ -244,6 +245,15 @@ def what_stays(watch: RunWatch, run_id: str) -> str:
     )
 
 
+def copies_lines(watch: RunWatch) -> list[str]:
+    """Claims taken over and the copies the broker got (shared/copies.py); none when Redis
+    does not answer, which the rest of the accounting says already."""
+    try:
+        return Copies.from_counters(watch.counters()).lines()
+    except WATCH_ERRORS:
+        return []
+
+
 def print_accounting(
     a: Accounting,
     watch: RunWatch,
@@ -276,7 +286,8 @@ def print_accounting(
         f"  accounted for     {a.accounted:6d} of {expected}: {mark}\n"
         f"  retries           {a.retries:6d}\n"
         f"  cache hits        {a.from_cache:6d}\n"
-        f"  elapsed           {elapsed_s:6.1f} s\n"
+        + "".join(f"{line}\n" for line in copies_lines(watch))
+        + f"  elapsed           {elapsed_s:6.1f} s\n"
         f"  processes stopped with exit codes: {stopped}\n"
         f"  logs in {log_dir}/",
         file=out,

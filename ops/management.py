@@ -66,3 +66,19 @@ def answers(settings: Settings, get: HttpGet | None = None) -> bool:
     except (requests.RequestException, ValueError):
         return False
     return True
+
+
+def published_into(settings: Settings, get: HttpGet, queues: list[str]) -> int | None:
+    """Messages the broker has routed into these queues since they were declared, by its own
+    count (`message_stats.publish`, refreshed every few seconds); None if it cannot be asked."""
+    vhost = quote(amqp_part(settings, "vhost"), safe="")
+    total = 0
+    for name in queues:
+        try:
+            queue = get(api_url(settings, f"queues/{vhost}/{quote(name, safe='')}"))
+        except (requests.RequestException, ValueError, TypeError):
+            return None
+        stats = queue.get("message_stats") if isinstance(queue, dict) else None
+        published = stats.get("publish", 0) if isinstance(stats, dict) else 0  # absent: none yet
+        total += published if isinstance(published, int) else 0
+    return total

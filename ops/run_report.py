@@ -1,8 +1,9 @@
 """python -m ops.run_report --run ID [--wait SECONDS]: a run's accounting, as `make demo`
 prints it, for a run whose services run elsewhere (docker compose, many machines).
 
-The figures the producer recorded (enqueued per queue, duplicates, invalid) come from the
-run's Redis counters; where each URL ended comes from PostgreSQL (ops/accounting.py). Exit 0
+The figures the producer recorded (enqueued per queue, each URL once however many producers it
+took; duplicates, invalid; claims taken over) and the copies workers received (shared/copies.py)
+come from the run's Redis counters; where each URL ended comes from PostgreSQL (ops/accounting.py). Exit 0
 when every enqueued URL is stored, dead-lettered or skipped, 1 when not (yet).
 """
 
@@ -18,6 +19,7 @@ import psycopg
 
 from ops.accounting import Accounting, Tally, account
 from shared.cli import configure_logging, run_main
+from shared.copies import Copies
 from shared.errors import ConfigError
 from shared.keys import Keys
 from shared.redis_client import OPERATOR, connect_redis
@@ -63,6 +65,7 @@ def render(a: Accounting, counters: dict[str, int]) -> str:
         f"  skipped           {a.skipped:6d}   ({skips})\n"
         f"  accounted for     {a.accounted:6d} of {enqueued}: {mark}\n"
         f"  retries           {a.retries:6d}"
+        + "".join(f"\n{line}" for line in Copies.from_counters(counters).lines())
     )
 
 

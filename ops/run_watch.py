@@ -29,7 +29,7 @@ from shared.keys import Keys
 from shared.messages import QUEUE_KINDS
 from shared.progress import Snapshot
 from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import read_state, recorded_enqueued
+from shared.runstate import read_state, recorded_counters, recorded_enqueued
 from shared.settings import Settings
 from shared.topology import build_topology
 
@@ -64,6 +64,10 @@ class RunWatch:
 
     def total(self) -> int:
         return recorded_enqueued(self._redis, self._keys, self._run_id)
+
+    def counters(self) -> dict[str, int]:
+        """The run's numeric counters (shared/keys.py: the run's stats hash)."""
+        return recorded_counters(self._redis, self._keys, self._run_id)
 
     def enqueued_by_queue(self) -> dict[str, int]:
         stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]

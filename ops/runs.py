@@ -32,6 +32,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from ops.accounting import account
 from shared import broker, db
 from shared.cli import configure_logging, run_main
+from shared.copies import Copies
 from shared.errors import ConfigError, DecodeError
 from shared.keys import Keys
 from shared.messages import CrawlTask
@@ -45,6 +46,7 @@ from shared.runstate import (
     held_exchange,
     held_queue,
     read_state,
+    recorded_counters,
     recorded_enqueued,
     write_state,
 )
@@ -156,7 +158,10 @@ def show_run(
         f"  dead letters   {a.dead:8d}   ({dead})\n"
         f"  skipped        {a.skipped:8d}   ({skips})\n"
         f"  not yet done   {max(0, enqueued - a.accounted):8d}   ({held} held in "
-        f"{held_queue(settings.crawl_namespace, run_id)})",
+        f"{held_queue(settings.crawl_namespace, run_id)})"
+        + "".join(
+            f"\n{line}" for line in Copies.from_counters(recorded_counters(client, keys, run_id)).lines(15)
+        ),
         file=out,
     )
     return 0

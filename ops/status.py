@@ -38,6 +38,7 @@ from ops.management import HttpGet
 from ops.status_view import CLEAR_SCREEN, clip, frame, render
 from shared import broker, db
 from shared.cli import configure_logging, run_main
+from shared.copies import Copies
 from shared.errors import ServiceUnavailable
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS
@@ -236,6 +237,7 @@ def add_redis_figures(settings: Settings, report: dict[str, Any], run_id: str | 
                 prefix = run_prefix(client, settings, run_id)
                 report["run"]["redis_prefix"] = prefix
                 report["run"]["counters"] = run_counters(client, prefix, run_id) if prefix else {}
+                report["run"]["copies"] = Copies.from_counters(report["run"]["counters"]).figures()
                 prefixes += [prefix] if prefix else []
             report["workers"] = running_workers(client, prefixes, pages)
     except ServiceUnavailable:

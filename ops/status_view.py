@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from shared.copies import Copies
+
 CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, erase display: redraw in place
 SUMMED_ROLES = ("retry", "defer")  # many queues of one role, one line on a screen
 ELLIPSIS = "…"
@@ -150,6 +152,7 @@ def _run_lines(run: dict[str, Any], fitted: bool) -> list[str]:
             + f", replayed {run['replayed']}",
             f"  skips     {_pairs(run['skips']) or 0}",
             f"  counters  {counters}",
+            *_copies_lines(run, 10),
         ]
     return [
         f"run {run['run_id']}",
@@ -158,7 +161,13 @@ def _run_lines(run: dict[str, Any], fitted: bool) -> list[str]:
         f"  replayed       {run['replayed']}",
         f"  skips          {_pairs(run['skips']) or 0}",
         f"  counters       {counters}" + (f"  (Redis prefix {prefix})" if prefix else ""),
+        *_copies_lines(run, 15),
     ]
+
+
+def _copies_lines(run: dict[str, Any], width: int) -> list[str]:
+    """Taken-over claims and the copies the broker got (shared/copies.py)."""
+    return Copies.from_counters(run.get("counters", {})).lines(width)
 
 
 def _runs_lines(runs: list[dict[str, Any]]) -> list[str]:

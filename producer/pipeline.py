@@ -510,10 +510,13 @@ class Pipeline:
     def _log_progress(self, what: str) -> None:
         counts = self.counts
         log.info(
-            "%s: %d URLs read, %d enqueued, %d duplicates, %d invalid, %d failed",
+            "%s: %d URLs read, %d enqueued (%d of them re-published after taking over %d claims "
+            "of a dead producer), %d duplicates, %d invalid, %d failed",
             what,
             counts.urls_seen,
             counts.enqueued_total,
+            counts.republished,
+            counts.taken_over,
             counts.duplicates,
             sum(counts.invalid.values()),
             counts.publish_failed,

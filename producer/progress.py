@@ -23,6 +23,12 @@ def describe(counts: Counts, sitemaps_read: int, per_s: float) -> str:
         f"{counts.urls_seen:,} URLs read ({per_s:,.0f}/s), {counts.enqueued_total:,} enqueued, "
         f"{counts.duplicates:,} duplicates, {sum(counts.invalid.values()):,} invalid, "
         f"{sitemaps_read} sitemaps"
+        + (
+            f", {counts.taken_over:,} claims taken over ({counts.republished:,} of the enqueued "
+            "re-published: the broker may hold an earlier copy of each)"
+            if counts.taken_over
+            else ""
+        )
     )
 
 

@@ -25,6 +25,12 @@ Where each metric is counted (label values in brackets):
                                    robots_pending, proxies_benched); no attempt charged
       FETCHES_IN_FLIGHT            inc() when a handler thread starts on a delivery, dec() when
                                    it returns an outcome (``with FETCHES_IN_FLIGHT.track_inprogress()``)
+      PRODUCER_COPIES_RECEIVED     a producer's message at its first delivery (no headers, not
+                                   redelivered): each message the broker got from a producer, once
+      DUPLICATE_DELIVERIES[kind]   a delivery of a URL already settled, acked unfetched
+                                   (worker/handled.py): second_copy (another message the producer
+                                   published), redelivered (the same message again), forwarded
+                                   (a retry or deferral copy)
 
     every consumer (the shared consumer loop, so worker and dlq_consumer alike)
       MESSAGES_CONSUMED[queue]     each delivery taken from a queue, redeliveries included
@@ -77,6 +83,13 @@ DEFERRALS = Counter(
     "crawl_deferrals", "URLs sent to a defer queue to wait, no failure and no attempt charged.", ["reason"]
 )
 FETCHES_IN_FLIGHT = Gauge("crawl_fetches_in_flight", "Deliveries a worker process is working on now.")
+
+PRODUCER_COPIES_RECEIVED = Counter(
+    "crawl_copies_received", "Producer messages at their first delivery to a worker."
+)
+DUPLICATE_DELIVERIES = Counter(
+    "crawl_duplicate_deliveries", "Deliveries of a URL already settled, acked unfetched.", ["kind"]
+)
 
 # Every consumer.
 MESSAGES_CONSUMED = Counter("crawl_messages_consumed", "Deliveries taken from a queue.", ["queue"])

@@ -98,8 +98,16 @@ def write_state(client: redis.Redis, keys: Keys, run_id: str, state: str) -> Non
 
 
 def recorded_enqueued(client: redis.Redis, keys: Keys, run_id: str) -> int:
-    """URLs the run's producers have published, every invocation together: the sum of the
-    `enqueued.<queue>` counters they add to the run's stats as each publish is confirmed."""
+    """URLs the run's producers have published, every invocation together, each URL once: the
+    sum of the `enqueued.<queue>` counters they add to the run's stats as they mark confirmed
+    URLs seen. The broker may have got more copies (shared/copies.py)."""
+    return sum(
+        n for name, n in recorded_counters(client, keys, run_id).items() if name.startswith("enqueued.")
+    )
+
+
+def recorded_counters(client: redis.Redis, keys: Keys, run_id: str) -> dict[str, int]:
+    """The run's numeric counters (the run's stats hash)."""
     with translate_redis_errors(client):
         stats: dict[bytes, bytes] = client.hgetall(keys.run_stats(run_id))  # type: ignore[assignment]
-    return sum(int(n) for name, n in stats.items() if name.startswith(b"enqueued."))
+    return {name.decode(): int(n) for name, n in stats.items() if n.lstrip(b"-").isdigit()}

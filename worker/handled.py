@@ -1,12 +1,27 @@
-"""A per-run mark of URLs already settled, so a second copy of a task is not fetched again.
+"""A per-run mark of URLs already settled, so a second copy of a task is not fetched again, and
+a count of the messages the broker got from producers.
 
 The producer may publish a URL twice: after a kill -9 it cannot know whether the broker got a
 publish whose confirm never came back, and the next run publishes it again (producer/dedup.py).
 Each URL has a field in the run's dedup hash, Keys.seen(run, bucket), which the producer sets
 to 'c' once the broker confirms the URL. A worker sets it to 'h' once the URL's page row is
 committed or its skip recorded, and before fetching it looks the field up: a task whose URL
-is already 'h' is acked as a counted no-op (`duplicate_deliveries` in the run's counters)
-instead of being fetched and stored a second time.
+is already 'h' is acked as a counted no-op instead of being fetched and stored a second time.
+
+The same call (one script, one round trip) counts the delivery in the run's counters by kind:
+
+    copy         a producer's message delivered for the first time: no headers of ours (every
+                 copy a worker forwards carries them) and not `redelivered`. Counted as
+                 `copies_received` whatever the field says: once the run is drained, the sum
+                 is what the broker received from producers, second copies included.
+    redelivered  the same broker message again (a worker died or lost its connection holding
+                 it). A producer's message counts as `copies_redelivered`: its first delivery
+                 was counted only if a worker got as far as this check before it was lost.
+    forwarded    a retry, deferral or held copy a worker published: counts nothing.
+
+and a URL already settled as `duplicate_deliveries` (all kinds) and
+`duplicate_deliveries.<kind>`: a second copy the producer published is told apart from a
+redelivery of one message.
 
 Not covered, by design: a URL whose outcome is a dead letter (it is marked only once the
 recorder has it, which the worker does not see), and two copies handled at the same moment by
@@ -25,6 +40,7 @@ import threading
 
 import redis
 
+from shared import metrics
 from shared.keys import Keys
 from shared.messages import CrawlTask
 from shared.redis_errors import translate_redis_errors
@@ -36,8 +52,39 @@ HANDLED = b"h"
 BUCKET_BYTES = 2  # as producer/dedup.py splits a fingerprint into its hash and field
 MARKS_PER_ROUND_TRIP = 500
 DUPLICATES_COUNTER = "duplicate_deliveries"
+COPIES_RECEIVED = "copies_received"
+COPIES_REDELIVERED = "copies_redelivered"
+COPY, REDELIVERED, FORWARDED = "copy", "redelivered", "forwarded"
+DELIVERY_KINDS = (COPY, REDELIVERED, FORWARDED)
+
+# KEYS[1] the URL's dedup hash, KEYS[2] the run's stats hash; ARGV[1] the URL's field,
+# ARGV[2] the delivery's kind, ARGV[3] 1 when it is a producer's message (no headers of ours).
+# Returns 1 when the URL is settled already. Atomic, so a count and its verdict go together.
+CHECK_SCRIPT = """
+local handled = redis.call('HGET', KEYS[1], ARGV[1]) == 'h'
+local kind = ARGV[2]
+if kind == 'copy' then
+  redis.call('HINCRBY', KEYS[2], 'copies_received', 1)
+elseif kind == 'redelivered' and ARGV[3] == '1' then
+  redis.call('HINCRBY', KEYS[2], 'copies_redelivered', 1)
+end
+if handled then
+  redis.call('HINCRBY', KEYS[2], 'duplicate_deliveries', 1)
+  redis.call('HINCRBY', KEYS[2], 'duplicate_deliveries.' .. kind, 1)
+  return 1
+end
+return 0
+"""
 CLOSE_WAIT_S = 5.0
 _STOP = ("", b"")  # put by close(): the writer sends what it holds and ends
+
+
+def delivery_kind(headers: object, redelivered: bool) -> str:
+    """COPY, REDELIVERED or FORWARDED (see the module docstring). The producer publishes without
+    headers; every copy a worker forwards carries its progress headers."""
+    if redelivered:
+        return REDELIVERED
+    return FORWARDED if headers else COPY
 
 
 def seen_field(keys: Keys, run_id: str, url: str) -> tuple[str, bytes]:
@@ -54,15 +101,26 @@ class HandledMarks:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False  # close() is final: no writer starts after it
+        self._check = client.register_script(CHECK_SCRIPT)  # EVALSHA, reloaded on NOSCRIPT
+        for kind in DELIVERY_KINDS:  # each series from 0, so increase() sees the first one
+            metrics.DUPLICATE_DELIVERIES.labels(kind)
 
-    def already_handled(self, task: CrawlTask) -> bool:
-        """True, and counted, when another copy of this task's URL was settled before."""
+    def already_handled(self, task: CrawlTask, kind: str = FORWARDED, from_producer: bool = False) -> bool:
+        """True when another copy of this task's URL was settled before. Counts the delivery by
+        `kind` (delivery_kind()); `from_producer`: the message is as a producer published it."""
         key, field = seen_field(self._keys, task.run_id, task.url)
         with translate_redis_errors(self._client):
-            if self._client.hget(key, field) != HANDLED:
-                return False
-            self._client.hincrby(self._keys.run_stats(task.run_id), DUPLICATES_COUNTER, 1)
-        return True
+            handled = bool(
+                self._check(
+                    keys=[key, self._keys.run_stats(task.run_id)],
+                    args=[field, kind, 1 if from_producer else 0],
+                )
+            )
+        if kind == COPY:
+            metrics.PRODUCER_COPIES_RECEIVED.inc()
+        if handled:
+            metrics.DUPLICATE_DELIVERIES.labels(kind).inc()
+        return handled
 
     def mark_later(self, task: CrawlTask) -> None:
         """Mark the task's URL handled, soon, from a thread of its own (callable from any).

@@ -46,6 +46,7 @@ from shared.topology import (
     retry_exchange,
 )
 from shared.urls import domain_of
+from worker.handled import delivery_kind
 from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
 from worker.poison import DeliveryLimit
@@ -98,7 +99,7 @@ class RunStates(Protocol):
 class Handled(Protocol):
     """worker.handled.HandledMarks: URLs of a run already stored or skipped."""
 
-    def already_handled(self, task: CrawlTask) -> bool: ...
+    def already_handled(self, task: CrawlTask, kind: str, from_producer: bool) -> bool: ...
 
     def mark_later(self, task: CrawlTask) -> None: ...
 
@@ -164,6 +165,11 @@ class CrawlHandler:
             return self._dead_letter(
                 delivery.body, delivery.queue, Progress.from_headers(delivery.headers), exc
             )
+        # Before the run's state: every delivery is counted by kind, once (worker/handled.py),
+        # and a second copy of a URL already stored or skipped keeps that one outcome, held
+        # or cancelled alike (a `cancelled` skip on top would count the URL twice).
+        if self._already_handled(delivery, task, progress):
+            return Outcome.done()
         held_or_cancelled = self._by_run_state(delivery.body, task, progress)
         if held_or_cancelled is not None:
             return held_or_cancelled
@@ -192,22 +198,19 @@ class CrawlHandler:
         if state == PAUSED:
             return self._hold(body, task, progress)
         if state == CANCELLED:
-            # A second copy of a URL already stored or skipped keeps that one outcome:
-            # a `cancelled` skip on top would count the URL twice.
-            if self._already_handled(task, progress):
-                return Outcome.done()
             return self._skip(task, "cancelled", "the run was cancelled by an operator", progress)
         return None
 
-    def _already_handled(self, task: CrawlTask, progress: Progress) -> bool:
-        if self.handled is None or progress.replays or not self.handled.already_handled(task):
+    def _already_handled(self, delivery: Delivery, task: CrawlTask, progress: Progress) -> bool:
+        if self.handled is None or progress.replays:
+            return False
+        kind = delivery_kind(delivery.headers, delivery.redelivered)
+        if not self.handled.already_handled(task, kind, from_producer=not delivery.headers):
             return False
         log.info("already handled %s run=%s: acked, not fetched", task.url, task.run_id, extra=_context(task))
         return True
 
     def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
-        if self._already_handled(task, progress):
-            return Outcome.done()
         if self.delivery_limit is not None:
             self.delivery_limit.mark_handling(self._local.delivery)
             self._local.marked = True

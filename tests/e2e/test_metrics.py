@@ -20,8 +20,11 @@ from bench.site import Answer, Hit, LoggedSite, page
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes
-from shared import metrics
+from shared import broker, db, metrics
+from shared.broker import Publication
+from shared.messages import CrawlTask
 from shared.settings import Settings
+from shared.topology import new_task_routing_key, work_exchange
 from tests.e2e.conftest import metric_total, produce, service_env, wait_until_accounted
 from tests.ports import free_port
 
@@ -175,6 +178,22 @@ def produce_and_scrape(env: dict[str, str], tmp_path: Path, run_id: str, root: s
     return enqueued
 
 
+def send_second_copy(settings: Settings, run_id: str) -> None:
+    """Publish a task for a page the run has stored already, without headers: a second copy."""
+    with db.connect(settings) as conn:
+        row = conn.execute("SELECT url FROM pages WHERE run_id = %s LIMIT 1", (run_id,)).fetchone()
+    assert row is not None, f"run {run_id} stored no page"
+    task = CrawlTask(url=str(row[0]), run_id=run_id, queue="bulk")
+    connection = broker.connect(settings, "second-copy")
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        routing = new_task_routing_key("bulk")
+        broker.publish(channel, Publication(work_exchange(settings.crawl_namespace), routing, task.encode()))
+    finally:
+        connection.close()
+
+
 def crawl_until_accounted(
     settings: Settings, run_id: str, expected: int, services: list[tuple[Service, int]], scrapes: Scrapes
 ) -> None:
@@ -231,6 +250,11 @@ def test_every_declared_metric_moves_in_a_crawl(settings: Settings, tmp_path: Pa
             crawl_until_accounted(
                 settings, "moving-3", expected, [(dlq, dlq_port), (trusting, trusting_port)], scrapes
             )
+            send_second_copy(settings, "moving-3")  # as a producer killed before its mark would
+            deadline = time.monotonic() + 30
+            while "crawl_duplicate_deliveries" not in scrapes.moved() and time.monotonic() < deadline:
+                scrapes.scrape(trusting_port)
+                time.sleep(0.1)
     finally:
         for service in (dlq, revalidating, trusting):
             if service is not None:

@@ -20,7 +20,16 @@ from shared.redis_client import PRODUCER, connect_redis
 from shared.settings import Settings
 from shared.topology import work_queue
 from shared.urls import canonicalize, fingerprint
-from worker.handled import DUPLICATES_COUNTER, HandledMarks, seen_field
+from worker.handled import (
+    COPIES_RECEIVED,
+    COPIES_REDELIVERED,
+    COPY,
+    DUPLICATES_COUNTER,
+    FORWARDED,
+    REDELIVERED,
+    HandledMarks,
+    seen_field,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -94,19 +103,35 @@ def test_a_rerun_leaves_alone_what_a_live_producer_confirms(
     assert queued(settings) == 6
 
 
+def counters(client: redis.Redis, keys: Keys) -> dict[str, int]:
+    raw: dict[bytes, bytes] = client.hgetall(keys.run_stats(RUN))  # type: ignore[assignment]
+    return {name.decode(): int(n) for name, n in raw.items()}
+
+
 def test_the_worker_mark_makes_a_second_copy_a_counted_no_op(settings: Settings, client: redis.Redis) -> None:
     keys = Keys(settings.redis_prefix)
     marks = HandledMarks(client, keys)
     task = CrawlTask(url="http://127.0.0.1:9/a", run_id=RUN, queue="bulk")
-    assert marks.already_handled(task) is False
+    # The first copy, as the producer published it: counted as received, not yet handled.
+    assert marks.already_handled(task, COPY, from_producer=True) is False
     marks.mark_later(task)
     key, field = seen_field(keys, RUN, task.url)
     for _ in range(200):
         if client.hget(key, field) == b"h":
             break
         time.sleep(0.01)
-    assert marks.already_handled(task) is True
-    assert marks.already_handled(task) is True
-    assert client.hget(keys.run_stats(RUN), DUPLICATES_COUNTER) == b"2"
+    # A second message the producer published, then that same message redelivered, then a
+    # retry copy a worker forwarded: each acked unfetched, each counted under its own kind.
+    assert marks.already_handled(task, COPY, from_producer=True) is True
+    assert marks.already_handled(task, REDELIVERED, from_producer=True) is True
+    assert marks.already_handled(task, FORWARDED, from_producer=False) is True
+    assert counters(client, keys) == {
+        COPIES_RECEIVED: 2,  # the two messages the broker got from the producer
+        COPIES_REDELIVERED: 1,
+        DUPLICATES_COUNTER: 3,
+        f"{DUPLICATES_COUNTER}.copy": 1,
+        f"{DUPLICATES_COUNTER}.redelivered": 1,
+        f"{DUPLICATES_COUNTER}.forwarded": 1,
+    }
     # The producer's dedup reads the same field: the URL is a duplicate for it too.
     assert Dedup(client, keys, RUN).claim([fingerprint(task.url)]).is_new == [False]

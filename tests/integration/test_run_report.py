@@ -28,6 +28,18 @@ def test_render_reads_like_make_demo() -> None:
     assert "  accounted for          4 of 4: ok" in text
 
 
+def test_render_says_how_many_copies_the_broker_got_after_a_takeover() -> None:
+    done = Accounting(run_id="r", stored=4)
+    counters = {"enqueued.bulk": 4, "taken_over": 3, "republished": 2, "copies_received": 6}
+    counters |= {"duplicate_deliveries.copy": 1}
+    text = render(done, counters)
+    assert "  taken over             3   claims of a dead producer; 2 re-published" in text
+    assert (
+        "  broker copies          6   delivered so far: 4 first + 2 second copies "
+        "(1 acked unfetched, 1 handled again)" in text
+    )
+
+
 def test_a_run_still_crawling_is_reported_waiting_with_exit_1(settings: Settings) -> None:
     client = connect_redis(settings, OPERATOR)
     try:

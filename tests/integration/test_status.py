@@ -20,6 +20,7 @@ from ops.management import HttpGet
 from ops.status import CLEAR_SCREEN, gather
 from shared import broker, db
 from shared.consumer import Delivery
+from shared.copies import Copies
 from shared.keys import Keys
 from shared.messages import CrawlTask, Failure
 from shared.redis_client import OPERATOR, connect_redis
@@ -112,7 +113,9 @@ def assert_run_figures(report: dict[str, Any], settings: Settings) -> None:
         "replayed": 1,
         "skips": {"robots": 2, "blocked_address": 1},
         "counters": {"enqueued.bulk": 10, "retries": 2},
+        "copies": Copies.from_counters({"enqueued.bulk": 10}).figures(),
     }
+    assert report["run"]["copies"]["first"] == 10 and report["run"]["copies"]["delivered"] == 0
 
 
 def test_json_report_matches_the_management_api_and_the_database(

@@ -43,6 +43,9 @@ class FakeRedis:
     def pipeline(self, transaction: bool = True) -> FakePipeline:
         return FakePipeline(self.written)
 
+    def register_script(self, script: str) -> object:
+        return None  # never called here
+
 
 def writers() -> int:
     return sum(1 for t in threading.enumerate() if t.name == "handled-marks" and t.is_alive())

@@ -104,3 +104,11 @@ def test_the_producer_line_counts_up_without_a_total() -> None:
     assert describe(counts, 3, 812.4) == (
         "4,000 URLs read (812/s), 3,900 enqueued, 90 duplicates, 10 invalid, 3 sitemaps"
     )
+
+
+def test_the_producer_line_says_how_many_of_the_enqueued_followed_a_takeover() -> None:
+    counts = Counts(urls_seen=10, taken_over=4, republished=3)
+    counts.enqueued.update(bulk=10)
+    assert describe(counts, 1, 5.0).endswith(
+        ", 4 claims taken over (3 of the enqueued re-published: the broker may hold an earlier copy of each)"
+    )

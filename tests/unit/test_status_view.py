@@ -165,3 +165,17 @@ def test_a_small_terminal_gets_a_small_frame() -> None:
     lines = frame(busy_report(run=False), "footer", (40, 10)).removeprefix(CLEAR_SCREEN).split("\n")
 
     assert len(lines) <= 10 and max(map(len, lines)) <= 40
+
+
+def test_a_run_s_view_says_what_the_broker_received_once_copies_were_delivered() -> None:
+    report = busy_report(run=True)
+    report["run"]["counters"] = {
+        "enqueued.bulk": 1_000,
+        "taken_over": 300,
+        "republished": 120,
+        "copies_received": 1_120,
+        "duplicate_deliveries.copy": 120,
+    }
+    text = render(report)
+    assert "taken over        300   claims of a dead producer; 120 re-published" in text
+    assert "broker copies    1120   delivered so far: 1000 first + 120 second copies" in text

@@ -537,8 +537,10 @@ class FakeHandled:
     def __init__(self, *urls: str, broken: bool = False) -> None:
         self.urls = set(urls)
         self.broken = broken
+        self.checked: list[tuple[str, str, bool]] = []  # (url, kind, from_producer) of each check
 
-    def already_handled(self, task: CrawlTask) -> bool:
+    def already_handled(self, task: CrawlTask, kind: str, from_producer: bool) -> bool:
+        self.checked.append((task.url, kind, from_producer))
         return task.url in self.urls
 
     def mark_later(self, task: CrawlTask) -> None:
@@ -559,6 +561,31 @@ def test_a_cancelled_run_s_copy_of_a_url_already_handled_is_not_skipped_again() 
 
     assert rig.handler(delivery(url="http://a.test/other")) == Outcome.done()
     assert [s.url for s in rig.store.skips] == ["http://a.test/other"]
+
+
+def test_each_delivery_is_checked_once_with_its_kind_and_a_settled_url_is_acked_unfetched() -> None:
+    rig = make(FakeFetch([ok_response()]))
+    rig.handler.handled = handled = FakeHandled("http://a.test/done")
+    fresh = CrawlTask(url="http://a.test/done", run_id="r1", queue="bulk").encode()
+    # As the producer publishes it (no headers), then the same message redelivered.
+    assert rig.handler(Delivery("ns.bulk", fresh, {}, False)) == Outcome.done()
+    assert rig.handler(Delivery("ns.bulk", fresh, {}, True)) == Outcome.done()
+    # A copy a worker forwarded (a retry) of a URL not settled yet: fetched.
+    assert settled(rig.handler(delivery(attempt=1))) == Outcome.done()
+    assert handled.checked == [
+        ("http://a.test/done", "copy", True),
+        ("http://a.test/done", "redelivered", True),
+        ("http://a.test/p", "forwarded", False),
+    ]
+    assert rig.fetch.urls == ["http://a.test/p"] and len(rig.store.rows) == 1
+
+
+def test_a_paused_run_s_second_copy_of_a_settled_url_is_acked_not_held() -> None:
+    rig = make(FakeFetch([]))
+    rig.handler.run_states = FakeRunStates(r1="paused")
+    rig.handler.handled = FakeHandled("http://a.test/p")
+    assert rig.handler(delivery()) == Outcome.done()  # no hold-queue publication
+    assert rig.store.skips == [] and rig.fetch.urls == []
 
 
 def test_a_stored_page_is_acked_even_when_marking_it_handled_fails() -> None:
