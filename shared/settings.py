@@ -59,6 +59,10 @@ class Settings:
     crawl_namespace: str = "crawl"  # prefix of every queue and exchange
     redis_prefix: str = "crawl"  # prefix of every Redis key
     pg_schema: str = "crawl"  # PostgreSQL schema holding the tables
+    # What stands between us and PostgreSQL: none (direct connections) or transaction (a pooler
+    # such as PgBouncer in transaction mode, docs/SCALING.md), which keeps no session state:
+    # no prepared statements, and the schema is set inside every transaction.
+    database_pooler: str = "none"
 
     # Queues.
     queue_type: str = "classic"  # classic | quorum (the priority queue stays classic)
@@ -173,6 +177,10 @@ class Settings:
         if self.proxy_rotation not in ("round_robin", "random"):
             raise ConfigError(
                 f"PROXY_ROTATION: expected 'round_robin' or 'random', got {self.proxy_rotation!r}"
+            )
+        if self.database_pooler not in ("none", "transaction"):
+            raise ConfigError(
+                f"DATABASE_POOLER: expected 'none' or 'transaction', got {self.database_pooler!r}"
             )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"LOG_FORMAT: expected 'text' or 'json', got {self.log_format!r}")
