@@ -80,7 +80,9 @@ def ensure_schema(settings: Settings) -> None:
     digest = hashlib.sha256(ddl.encode()).hexdigest()
     with connect(settings, autocommit=True) as conn:
         try:
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.pg_schema)))
+            # Under the lock too: two CREATE SCHEMA IF NOT EXISTS at once can both find it missing.
+            create = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.pg_schema))
+            _locked(conn, settings, create)
             _locked(conn, settings, SCHEMA_APPLIED)
             if conn.execute("SELECT 1 FROM schema_applied WHERE digest = %s", (digest,)).fetchone():
                 return
@@ -91,10 +93,32 @@ def ensure_schema(settings: Settings) -> None:
             raise ConfigError(f"PG_SCHEMA {settings.pg_schema!r}: {exc}".strip()) from None
 
 
-def _locked(conn: psycopg.Connection[tuple[object, ...]], settings: Settings, statement: str) -> None:
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (settings.pg_schema,))
-        conn.execute(statement)  # our own file
+# What a CREATE ... IF NOT EXISTS raises when another service created the object meanwhile.
+ALREADY_CREATED = (
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.DuplicateSchema,
+    psycopg.errors.DuplicateTable,
+    psycopg.errors.DuplicateObject,
+)
+
+
+def _locked(
+    conn: psycopg.Connection[tuple[object, ...]], settings: Settings, statement: str | sql.Composed
+) -> None:
+    """`statement` in a transaction holding the schema's advisory lock. A transaction that had
+    to wait for the lock still reads the catalog as it was when it began (PostgreSQL takes in
+    other sessions' catalog changes at a transaction's start and when it locks a table, not an
+    advisory lock), so IF NOT EXISTS can miss what the holder created and fail on a duplicate:
+    once, for the next transaction begins after the holder committed and sees it."""
+    for attempt in (1, 2):
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (settings.pg_schema,))
+                conn.execute(statement)  # our own file
+            return
+        except ALREADY_CREATED:
+            if attempt == 2:
+                raise
 
 
 def _statements(ddl: str) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from shared.settings import Settings
+from tests.e2e.conftest import demo_site as demo_site  # the same local site as the e2e tests
 
 PGBOUNCER_PORT = int(os.environ.get("PGBOUNCER_PORT", "6432"))
 # A database of their own: every backend PostgreSQL holds for it is one of PgBouncer's.
