@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.measure import Children
+from bench.measure import Children, process_cpu_s
 from bench.perf import CPU_CONCURRENCY, perf_site, pipeline_env
 from ops.accounting import Tally, account
 from ops.teardown import remove_pipeline
@@ -41,6 +41,7 @@ class Run:
     pages: int
     elapsed_s: float
     cpu_s: float  # our processes: producer, worker pool, dead-letter consumer
+    pooler_cpu_s: float  # PgBouncer's process, 0 for direct connections
     server_connections: int  # most PostgreSQL backends on the benchmark database at once
 
     @property
@@ -73,13 +74,25 @@ class ConnectionSampler:
                 self._stop.wait(SAMPLE_EVERY_S)
 
 
-def run_once(topology: str, env_extra: dict[str, str], processes: int, sitemap: str, log_dir: Path) -> Run:
+def pgbouncer_pid(port: int) -> int:
+    """Our PgBouncer's process (deploy/local/pgbouncer.sh writes the file)."""
+    pidfile = Path(f"/tmp/crawl-pgbouncer-{port}/pgbouncer.pid")
+    try:
+        return int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        raise SystemExit(f"no PgBouncer pid in {pidfile}: start it with `make pgbouncer-up`") from None
+
+
+def run_once(
+    topology: str, env_extra: dict[str, str], processes: int, sitemap: str, log_dir: Path, pooler_pid: int
+) -> Run:
     name = f"pgb{secrets.token_hex(4)}"
     env = pipeline_env(name, CPU_CONCURRENCY, WORKER_PROCESSES=str(processes), **env_extra)
     settings = Settings.from_env(env)
     run_log = log_dir / name
     run_log.mkdir(parents=True)
     children = Children(env, run_log)
+    pooler_before = process_cpu_s(pooler_pid) if pooler_pid else 0.0
     started = time.monotonic()
     try:
         with ConnectionSampler() as sampler:
@@ -101,12 +114,13 @@ def run_once(topology: str, env_extra: dict[str, str], processes: int, sitemap: 
                     time.sleep(0.1)
             elapsed = time.monotonic() - started
             final = account(settings, name)
+            pooler_cpu_s = process_cpu_s(pooler_pid) - pooler_before if pooler_pid else 0.0
     finally:
         children.stop_all()
         remove_pipeline(settings)
     if final.accounted != expected or final.stored != expected:
         raise RuntimeError(f"{topology}: {final.stored} stored of {expected}; see {run_log}")
-    return Run(topology, final.stored, elapsed, children.cpu_s(), sampler.most)
+    return Run(topology, final.stored, elapsed, children.cpu_s(), pooler_cpu_s, sampler.most)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             "DATABASE_POOLER": "transaction",
         },
     }
+    pooler_pid = pgbouncer_pid(args.pgbouncer_port)
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="bench-pgbouncer-") as tmp:
         log_dir = Path(tmp)
@@ -132,21 +147,28 @@ def main(argv: list[str] | None = None) -> int:
             sitemap = f"http://127.0.1.1:{args.site_port}/sitemap_index.xml"
             for round_no in range(1, args.rounds + 1):
                 for topology, extra in topologies.items():
-                    run = run_once(topology, extra, args.processes, sitemap, log_dir)
+                    pid = pooler_pid if topology == "pgbouncer" else 0
+                    run = run_once(topology, extra, args.processes, sitemap, log_dir, pid)
                     runs.append(run)
                     print(
                         f"round {round_no} {topology:9s} {run.pages} pages {run.pages_per_s:6.1f} pages/s "
                         f"{run.cpu_s / run.pages * 1000:5.1f} CPU-ms/page "
+                        f"(PgBouncer {run.pooler_cpu_s / run.pages * 1000:4.2f}) "
                         f"{run.server_connections:3d} server connections",
                         flush=True,
                     )
-    print(f"\n{'topology':10s} {'pages/s (each round)':28s} {'CPU-ms/page':>11s} {'server conns (max)':>18s}")
+    print(
+        f"\n{'topology':10s} {'pages/s (each round)':24s} {'CPU-ms/page':>11s} "
+        f"{'PgBouncer CPU-ms/page':>21s} {'server conns (max)':>18s}"
+    )
     for topology in topologies:
         mine = [r for r in runs if r.topology == topology]
         rates = ", ".join(f"{r.pages_per_s:.0f}" for r in mine)
-        cpu_ms = sum(r.cpu_s for r in mine) / sum(r.pages for r in mine) * 1000
+        pages = sum(r.pages for r in mine)
+        cpu_ms = sum(r.cpu_s for r in mine) / pages * 1000
+        pooler_ms = sum(r.pooler_cpu_s for r in mine) / pages * 1000
         conns = max(r.server_connections for r in mine)
-        print(f"{topology:10s} {rates:28s} {cpu_ms:11.1f} {conns:18d}")
+        print(f"{topology:10s} {rates:24s} {cpu_ms:11.1f} {pooler_ms:21.2f} {conns:18d}")
     return 0
 
 
