@@ -38,7 +38,10 @@ def pgbouncer() -> dict[str, str]:
     try:
         config = {str(row["key"]): str(row["value"]) for row in pgbouncer_show("CONFIG")}
     except psycopg.OperationalError as exc:
-        pytest.skip(f"no PgBouncer on 127.0.0.1:{PGBOUNCER_PORT} ({exc}); start it with `make pgbouncer-up`")
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        pytest.skip(
+            f"no PgBouncer on 127.0.0.1:{PGBOUNCER_PORT} ({reason}); start it with `make pgbouncer-up`"
+        )
     assert config["pool_mode"] == "transaction", "these tests are about transaction pooling"
     return config
 
