@@ -11,7 +11,7 @@ FAULTS_SIZE ?= small
 RECRAWL_OF ?=
 
 .PHONY: all install demo crawl test test-latest unit integration e2e faults bench lint typecheck up down \
-	clean images-offline compose-test
+	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer
 
 all: lint typecheck test
 
@@ -72,6 +72,25 @@ faults: install
 bench: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.perf
+
+# Topologies on this machine, all on loopback (docs/SCALING.md). PgBouncer in transaction
+# pooling mode on 127.0.0.1:$(PGBOUNCER_PORT) in front of the local PostgreSQL; installs Debian's
+# pgbouncer if missing. Point the services at it with DATABASE_POOLER=transaction and
+# DATABASE_URL=postgresql://postgres@127.0.0.1:$(PGBOUNCER_PORT)/crawler.
+PGBOUNCER_PORT ?= 6432
+pgbouncer-up:
+	PGBOUNCER_PORT=$(PGBOUNCER_PORT) deploy/local/pgbouncer.sh up
+
+pgbouncer-down:
+	PGBOUNCER_PORT=$(PGBOUNCER_PORT) deploy/local/pgbouncer.sh down
+
+# The pipeline through it, accounted exactly (after `make pgbouncer-up`).
+test-pgbouncer: install
+	PGBOUNCER_PORT=$(PGBOUNCER_PORT) $(PY) -m pytest -m cluster tests/cluster/test_pgbouncer.py
+
+# 16 worker processes writing directly, then through it, in alternating rounds (about 5 minutes).
+bench-pgbouncer: install
+	$(PY) -m bench.pgbouncer --pgbouncer-port $(PGBOUNCER_PORT)
 
 lint: install
 	$(PY) -m ruff check .

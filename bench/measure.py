@@ -116,6 +116,11 @@ def _proc_cpu_s(pid: int, with_children: bool) -> float:
     return ticks / TICKS_PER_S
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds a process (not one of ours: not reaped by us) has used so far; 0 if gone."""
+    return _proc_cpu_s(pid, with_children=False)
+
+
 def _pids(name: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():

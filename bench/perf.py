@@ -83,7 +83,9 @@ def in_turn(
 
 
 @contextlib.contextmanager
-def perf_site(hosts: int, pages_per_host: int, delay_ms: int, log_dir: Path) -> Iterator[None]:
+def perf_site(
+    hosts: int, pages_per_host: int, delay_ms: int, log_dir: Path, port: int = SITE_PORT
+) -> Iterator[None]:
     log = (log_dir / "site.log").open("wb")
     site = subprocess.Popen(
         [
@@ -97,13 +99,13 @@ def perf_site(hosts: int, pages_per_host: int, delay_ms: int, log_dir: Path) -> 
             "--delay-ms",
             str(delay_ms),
             "--port",
-            str(SITE_PORT),
+            str(port),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_for_port(f"127.0.1.1:{SITE_PORT}")
+        _wait_for_port(f"127.0.1.1:{port}")
         yield
     finally:
         site.terminate()

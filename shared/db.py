@@ -11,6 +11,7 @@ from importlib import resources
 import psycopg
 from psycopg import sql
 
+from shared import pooled
 from shared.errors import ConfigError, ServiceUnavailable
 from shared.settings import Settings, redact
 
@@ -20,7 +21,7 @@ START_HINT = "start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/p
 
 
 def connect(settings: Settings, *, autocommit: bool = False) -> psycopg.Connection[tuple[object, ...]]:
-    """A connection whose search_path is the pipeline's schema. Creates the database if missing."""
+    """A connection whose statements find the pipeline's schema. Creates the database if missing."""
     try:
         return _connect(settings, autocommit)
     except psycopg.OperationalError as exc:
@@ -31,6 +32,8 @@ def connect(settings: Settings, *, autocommit: bool = False) -> psycopg.Connecti
 
 
 def _connect(settings: Settings, autocommit: bool) -> psycopg.Connection[tuple[object, ...]]:
+    if settings.database_pooler == "transaction":
+        return pooled.connect(settings.database_url, settings.pg_schema, autocommit=autocommit)
     return psycopg.connect(
         settings.database_url,
         autocommit=autocommit,
@@ -66,27 +69,56 @@ def ensure_schema(settings: Settings) -> None:
 
     A schema already at this version is left alone: ALTER TABLE takes an exclusive lock even
     when it changes nothing, and a worker starting beside busy ones would deadlock with their
-    writes. Otherwise the statements run one by one (each its own transaction, so no lock is
-    held across tables), serialised between services by an advisory lock."""
+    writes. Otherwise the statements run one by one, each in a transaction of its own (so no
+    lock is held across tables) that first takes an advisory lock, so that two services
+    starting together never run DDL side by side. The lock is a transaction's, not a session's:
+    behind a transaction pooler consecutive transactions may run on different server sessions,
+    and a session lock taken on one could never be released from the next. Every statement of
+    schema.sql can run again (IF NOT EXISTS), so a service that finds the schema part-way
+    migrated by another just runs the rest."""
     ddl = resources.files("shared").joinpath("schema.sql").read_text()
     digest = hashlib.sha256(ddl.encode()).hexdigest()
     with connect(settings, autocommit=True) as conn:
         try:
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.pg_schema)))
-            conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (settings.pg_schema,))
-            try:
-                conn.execute(SCHEMA_APPLIED)
-                if conn.execute("SELECT 1 FROM schema_applied WHERE digest = %s", (digest,)).fetchone():
-                    return
-                for statement in _statements(ddl):
-                    conn.execute(statement)  # our own file
-                conn.execute(
-                    "INSERT INTO schema_applied (digest) VALUES (%s) ON CONFLICT DO NOTHING", (digest,)
-                )
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (settings.pg_schema,))
+            # Under the lock too: two CREATE SCHEMA IF NOT EXISTS at once can both find it missing.
+            create = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.pg_schema))
+            _locked(conn, settings, create)
+            _locked(conn, settings, SCHEMA_APPLIED)
+            if conn.execute("SELECT 1 FROM schema_applied WHERE digest = %s", (digest,)).fetchone():
+                return
+            for statement in _statements(ddl):
+                _locked(conn, settings, statement)  # our own file
+            conn.execute("INSERT INTO schema_applied (digest) VALUES (%s) ON CONFLICT DO NOTHING", (digest,))
         except psycopg.errors.InsufficientPrivilege as exc:
             raise ConfigError(f"PG_SCHEMA {settings.pg_schema!r}: {exc}".strip()) from None
+
+
+# What a CREATE ... IF NOT EXISTS raises when another service created the object meanwhile.
+ALREADY_CREATED = (
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.DuplicateSchema,
+    psycopg.errors.DuplicateTable,
+    psycopg.errors.DuplicateObject,
+)
+
+
+def _locked(
+    conn: psycopg.Connection[tuple[object, ...]], settings: Settings, statement: str | sql.Composed
+) -> None:
+    """`statement` in a transaction holding the schema's advisory lock. A transaction that had
+    to wait for the lock still reads the catalog as it was when it began (PostgreSQL takes in
+    other sessions' catalog changes at a transaction's start and when it locks a table, not an
+    advisory lock), so IF NOT EXISTS can miss what the holder created and fail on a duplicate:
+    once, for the next transaction begins after the holder committed and sees it."""
+    for attempt in (1, 2):
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (settings.pg_schema,))
+                conn.execute(statement)  # our own file
+            return
+        except ALREADY_CREATED:
+            if attempt == 2:
+                raise
 
 
 def _statements(ddl: str) -> list[str]:

@@ -74,6 +74,7 @@ CHOICES = {
     "queue_type": ("classic", "quorum"),
     "proxy_rotation": ("round_robin", "random"),
     "log_format": ("text", "json"),
+    "database_pooler": ("none", "transaction"),
 }
 # Names that become parts of queue names, Redis keys and a PostgreSQL schema name.
 NAME_SETTINGS = ("crawl_namespace", "redis_prefix", "pg_schema")
@@ -97,6 +98,10 @@ class Settings:
     crawl_namespace: str = "crawl"  # prefix of every queue and exchange
     redis_prefix: str = "crawl"  # prefix of every Redis key
     pg_schema: str = "crawl"  # PostgreSQL schema holding the tables
+    # What stands between us and PostgreSQL: none (direct connections) or transaction (a pooler
+    # such as PgBouncer in transaction mode, docs/SCALING.md), which keeps no session state:
+    # no prepared statements, and the schema is set inside every transaction.
+    database_pooler: str = "none"
 
     # Queues.
     queue_type: str = "classic"  # classic | quorum (the priority queue stays classic)

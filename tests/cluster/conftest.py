@@ -1,0 +1,85 @@
+"""Fixtures of the topology tests: each needs its topology started first (`make pgbouncer-up`),
+and is skipped, saying so, when it is not. `make test` and a bare `pytest` never run them
+(pyproject.toml); `make test-pgbouncer` does."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from shared.settings import Settings
+from tests.e2e.conftest import demo_site as demo_site  # the same local site as the e2e tests
+
+PGBOUNCER_PORT = int(os.environ.get("PGBOUNCER_PORT", "6432"))
+# A database of their own: every backend PostgreSQL holds for it is one of PgBouncer's.
+DATABASE = "crawler_pooled_test"
+DIRECT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+PGBOUNCER_ADMIN_URL = f"postgresql://postgres@127.0.0.1:{PGBOUNCER_PORT}/pgbouncer"
+
+
+def pgbouncer_show(what: str) -> list[dict[str, Any]]:
+    """A SHOW command of PgBouncer's admin console, as rows of named columns."""
+    with psycopg.connect(PGBOUNCER_ADMIN_URL, autocommit=True, connect_timeout=3) as conn:
+        cur = conn.execute(f"SHOW {what}")
+        names = [column.name for column in cur.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+@pytest.fixture
+def pgbouncer() -> dict[str, str]:
+    """PgBouncer's configuration, once it answers on 127.0.0.1:PGBOUNCER_PORT."""
+    try:
+        config = {str(row["key"]): str(row["value"]) for row in pgbouncer_show("CONFIG")}
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        pytest.skip(
+            f"no PgBouncer on 127.0.0.1:{PGBOUNCER_PORT} ({reason}); start it with `make pgbouncer-up`"
+        )
+    assert config["pool_mode"] == "transaction", "these tests are about transaction pooling"
+    return config
+
+
+@pytest.fixture
+def pooled(settings: Settings, pgbouncer: dict[str, str]) -> Settings:
+    """The test's unique names, reaching PostgreSQL through PgBouncer."""
+    with (
+        psycopg.connect(DIRECT_ADMIN_URL, autocommit=True) as admin,
+        contextlib.suppress(psycopg.errors.DuplicateDatabase),
+    ):
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+    return dataclasses.replace(
+        settings,
+        database_url=f"postgresql://postgres@127.0.0.1:{PGBOUNCER_PORT}/{DATABASE}",
+        database_pooler="transaction",
+    )
+
+
+class ServerConnections:
+    """The most backends PostgreSQL holds for DATABASE at once, sampled on a thread of its own."""
+
+    def __init__(self) -> None:
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> ServerConnections:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        with psycopg.connect(DIRECT_ADMIN_URL, autocommit=True) as conn:
+            while not self._stop.is_set():
+                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (DATABASE,))
+                self.most = max(self.most, int(row.fetchone()[0]))  # type: ignore[index]
+                self._stop.wait(0.1)
