@@ -7,6 +7,11 @@ back with `add_callback_threadsafe`, and the connection's thread publishes what 
 (waiting for each confirm) and only then acks. A crash anywhere before the ack leaves the
 message unacked, and the broker delivers it again.
 
+A handler that cannot finish a message yet returns `Outcome.hold(seconds, memo)`: the message
+stays unacked in a timer heap (shared/holds.py) and goes back to a handler thread when due, with
+`memo` in `Delivery.memo`; the thread meanwhile takes other messages. Held messages count against
+the prefetch, which is what bounds them. A stopping service gives them back to the broker.
+
 A handler whose last step finishes on another thread (the worker's batched database commit)
 returns `Outcome.after(settled)`: its thread goes on to the next message at once, and the
 outcome is handed back when `settled` resolves. Until then the message stays unacked, and
@@ -21,6 +26,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -34,6 +40,7 @@ from typing import Any
 
 from shared import broker, metrics
 from shared.errors import ServiceUnavailable
+from shared.holds import HeldMessages
 from shared.settings import Settings
 from shared.signals import off_the_handler
 from shared.topology import build_topology
@@ -55,6 +62,7 @@ class Delivery:
     headers: Mapping[str, Any]
     redelivered: bool
     priority: int = 0
+    memo: Any = field(default=None, compare=False)  # what the handler asked to hold it with
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,8 @@ class Outcome:
     ack: bool = True
     requeue: bool = False
     later: concurrent.futures.Future[Outcome] | None = None  # see `after`
+    hold_s: float | None = None  # see `hold`
+    memo: Any = None
 
     @classmethod
     def done(cls) -> Outcome:
@@ -77,6 +87,12 @@ class Outcome:
     @classmethod
     def reject(cls, requeue: bool) -> Outcome:
         return cls(ack=False, requeue=requeue)
+
+    @classmethod
+    def hold(cls, seconds: float, memo: Any = None) -> Outcome:
+        """Not settled: keep the message unacked here and hand it to the handler again in
+        `seconds`, with `memo` as its Delivery.memo."""
+        return cls(ack=False, hold_s=seconds, memo=memo)
 
     @classmethod
     def after(cls, settled: concurrent.futures.Future[Outcome]) -> Outcome:
@@ -145,6 +161,7 @@ class ConsumerRuntime:
         # by a wake that went to a connection that has since closed.
         self._settled: collections.deque[tuple[int, int, Outcome]] = collections.deque()
         self._settled_lock = threading.Lock()
+        self._held: HeldMessages[_Item] = HeldMessages(time.monotonic)
 
     # ---- the connection's thread ------------------------------------------------------------
 
@@ -153,6 +170,7 @@ class ConsumerRuntime:
             threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
+        threads.append(threading.Thread(target=self._release_held, name=f"{self.name}-held", daemon=True))
         for thread in threads:
             thread.start()
         backoff = 1.0
@@ -311,10 +329,30 @@ class ConsumerRuntime:
                 outcome = Outcome.reject(requeue=True)  # never started: give it back
             else:
                 outcome = self._handle(item.delivery)
-            if outcome.later is not None:
+            if outcome.hold_s is not None:
+                self._held.hold(
+                    dataclasses.replace(item, delivery=dataclasses.replace(item.delivery, memo=outcome.memo)),
+                    outcome.hold_s,
+                )
+                metrics.MESSAGES_HELD.inc()
+            elif outcome.later is not None:
                 outcome.later.add_done_callback(functools.partial(self._hand_back_settled, item))
             else:
                 self._hand_back(item, outcome)
+
+    def _release_held(self) -> None:
+        """The timer thread: each held message back to the handler threads when due, and all of
+        them at once when the service stops (the handlers then give them back to the broker)."""
+        while True:
+            stopping = self.stop_event.is_set()
+            due = self._held.take_all() if stopping else self._held.take_due()
+            for item in due:
+                metrics.MESSAGES_HELD.dec()
+                self._local.put(item)
+            if stopping and self._connection is None:
+                return
+            # POLL_S bounds the sleep so that a stop is seen soon.
+            self._held.wait_for_next(POLL_S)
 
     def _idle(self) -> None:
         if self.when_idle is None:

@@ -5,8 +5,10 @@ it. The order of work for a URL: decode → robots.txt (skip if disallowed) → 
 (fresh: done; stale: revalidate) → domain gate (rate, concurrency, pause) → fetch → parse →
 commit → (ack). Transient failures go to a retry queue with the attempt count in our own
 header; the last allowed failure, or a permanent one, goes to the dead-letter exchange. A URL
-the domain cannot take now (TryLater) goes to a defer queue, apart from the retries, without
-being charged an attempt: never dropped, never acked unprocessed.
+the domain cannot take now (TryLater) is held unacked in the worker until it can (its slot
+reserved, when the gate could), or for a wait beyond MAX_HOLD_S goes to a defer queue, apart
+from the retries; either way without being charged an attempt: never dropped, never acked
+unprocessed.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from shared.urls import domain_of
 from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
 from worker.poison import DeliveryLimit
-from worker.politeness import TryLater
+from worker.politeness import HeldSlot, TryLater
 from worker.profiles import Profiles
 from worker.robots import RobotsAnswer, RobotsRules
 from worker.store import PageRow, SkipRow
@@ -101,7 +103,15 @@ class Cache(Protocol):
 class Gate(Protocol):
     """worker.politeness.DomainGate: every request to a domain goes through it."""
 
-    def call(self, domain: str, send: Callable[[], T], crawl_delay_s: float | None = None) -> T: ...
+    def call(
+        self,
+        domain: str,
+        send: Callable[[], T],
+        crawl_delay_s: float | None = None,
+        *,
+        may_hold: bool = False,
+        slot: HeldSlot | None = None,
+    ) -> T: ...
 
 
 class Robots(Protocol):
@@ -200,6 +210,8 @@ class CrawlHandler:
             # Not the URL's failure and nothing to retry: the address is not ours to fetch.
             return self._skip(task, "blocked_address", exc.detail, progress)
         except TryLater as later:
+            if later.wait_s <= self.settings.max_hold_s:
+                return self._wait_here(task, later)
             return self._defer(delivery.body, task, progress, later)
         except TransientError as exc:
             failed = progress.failed_once_more(self.clock())
@@ -312,8 +324,13 @@ class CrawlHandler:
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
         fetcher = self._fetcher()
+        memo = self._local.delivery.memo
         fetched = self.gate.call(
-            domain_of(url), lambda: self._risky(lambda: fetcher.page(url, cached)), crawl_delay_s
+            domain_of(url),
+            lambda: self._risky(lambda: fetcher.page(url, cached)),
+            crawl_delay_s,
+            may_hold=self.settings.max_hold_s > 0,
+            slot=memo if isinstance(memo, HeldSlot) else None,
         )
         if fetched.not_modified:
             if cached is None:  # the fetcher only asks conditionally with an entry to revalidate
@@ -366,6 +383,14 @@ class CrawlHandler:
                 task.priority or None,
             )
         )
+
+    def _wait_here(self, task: CrawlTask, later: TryLater) -> Outcome:
+        """Kept unacked in this worker until the domain can take it, its slot (if reserved)
+        with it; the fetch thread goes on meanwhile, and a crash gives the URL back to the
+        broker like any message in flight."""
+        log.debug("holding %s for %.3f s (%s)", task.url, later.wait_s, later.reason)
+        metrics.HOLDS.labels(later.reason).inc()
+        return Outcome.hold(later.wait_s, later.slot)
 
     def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:
         """The domain cannot take the URL for longer than we wait in-process: back through a

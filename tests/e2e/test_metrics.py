@@ -236,9 +236,11 @@ def test_every_declared_metric_moves_in_a_crawl(settings: Settings, tmp_path: Pa
     env = service_env(
         settings,
         RATE_LIMIT_RPS="4",
-        # Waits up to 0.2 s are slept in-process (rate-limit waits); longer ones go back through
-        # the broker (deferrals): at 4 per second both happen.
+        # Waits up to 0.2 s are slept in-process (rate-limit waits), up to 1 s more are held in
+        # the worker (holds), longer ones go back through the broker (deferrals): at 4 per second
+        # all three happen.
         MAX_INLINE_WAIT_S="0.2",
+        MAX_HOLD_S="1",
         CACHE_ENABLED="true",
         MAX_ATTEMPTS="3",
     )

@@ -24,7 +24,15 @@ from shared.messages import (
 from shared.settings import Settings
 from shared.topology import build_topology
 from worker.handler import CacheEntry, CrawlHandler, Response
-from worker.politeness import RATE_HEADROOM, DomainGate, PolitenessConfig, Reservation, Throttled, TryLater
+from worker.politeness import (
+    RATE_HEADROOM,
+    DomainGate,
+    HeldSlot,
+    PolitenessConfig,
+    Reservation,
+    Throttled,
+    TryLater,
+)
 from worker.profiles import load_profiles
 from worker.robots import Robots, RobotsAnswer
 from worker.store import PageRow, SkipRow
@@ -34,6 +42,8 @@ pytestmark = pytest.mark.unit
 HTML = b"<html lang='en'><head><title>T</title></head><body><h1>H</h1><a href='/x'>x</a></body></html>"
 SETTINGS = Settings(crawl_namespace="ns", retry_delays_s=(0.5, 1.0), max_attempts=3, rate_limit_rps=2.0)
 ALLOW_ALL = RobotsAnswer(404, b"")
+# MAX_HOLD_S=0: every wait beyond the inline one goes through the broker.
+NO_HOLD = dataclasses.replace(SETTINGS, max_hold_s=0.0)
 
 
 class FakeTime:
@@ -109,12 +119,18 @@ class FakeLimiter:
         max_wait_s: float,
         max_concurrent: int = 0,
         lease_s: float = 0.0,
+        lease_within_s: float | None = None,
     ) -> Reservation:
         self.rates.append(rate_per_s)
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
     def release(self, domain: str, lease: str) -> None:
         self.released.append(lease)
+
+    def clear_held(
+        self, domain: str, spacing_s: float, max_concurrent: int = 0, lease_s: float = 0.0
+    ) -> tuple[bool, float, str, str]:
+        return (False, self.paused, "paused", "") if self.paused else (True, 0.0, "ok", "held-lease")
 
     def clear_to_send(self, domain: str, spacing_s: float) -> tuple[bool, float, str]:
         return (False, self.paused, "paused") if self.paused else (True, 0.0, "ok")
@@ -321,7 +337,7 @@ def test_busy_domain_defers_through_the_broker_without_charging_an_attempt() -> 
     limiter = FakeLimiter(
         Reservation(0.0, True), Reservation(4.0, False, "rate")
     )  # robots.txt, then the page
-    rig = make(FakeFetch([]), limiter=limiter)
+    rig = make(FakeFetch([]), limiter=limiter, settings=NO_HOLD)
     deferred, retried = deferrals("rate"), retries()
     exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
     # A defer queue, not a retry queue: nothing failed.
@@ -329,6 +345,37 @@ def test_busy_domain_defers_through_the_broker_without_charging_an_attempt() -> 
     assert headers[ATTEMPT_HEADER] == 1
     assert rig.fetch.urls == [] and rig.store.rows == [] and rig.time.slept == []
     assert (deferrals("rate") - deferred, retries() - retried) == (1, 0)
+
+
+def test_a_url_whose_slot_is_beyond_the_inline_wait_is_held_with_its_slot_then_sent() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True, backoff=1.5))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    held = rig.handler(delivery())
+    assert held.hold_s == 4.0 and held.ack is False and held.publications == ()
+    assert isinstance(held.memo, HeldSlot) and held.memo.domain == "a.test" and held.memo.backoff == 1.5
+    assert rig.fetch.urls == [] and rig.time.slept == []
+    # Handed back when due: sent after one clear_held, no new reservation.
+    rig.time.now = held.memo.due
+    reservations = len(limiter.rates)
+    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert rig.fetch.urls == ["http://a.test/p"] and len(limiter.rates) == reservations
+    assert limiter.released == ["held-lease"] and limiter.sped_up == 1
+
+
+def test_a_url_refused_within_the_hold_horizon_is_held_without_a_slot() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(75.0, False, "rate"))
+    rig = make(FakeFetch([]), limiter=limiter)
+    held = rig.handler(delivery())
+    # Back when its slot is within the hold horizon (60 s), to reserve it then.
+    assert held.hold_s == pytest.approx(75.0 - SETTINGS.max_hold_s) and held.memo is None
+    assert held.publications == ()
+
+
+def test_a_wait_beyond_the_hold_horizon_still_goes_through_a_defer_queue() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(200.0, False, "paused"))
+    rig = make(FakeFetch([]), limiter=limiter)
+    exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
+    assert (exchange, routing_key, headers[ATTEMPT_HEADER]) == ("ns.defer", "d30000.bulk", 1)
 
 
 def deferrals(reason: str) -> float:
@@ -452,7 +499,7 @@ def test_503_without_retry_after_slows_the_domain_down() -> None:
 
 def test_a_pause_set_while_waiting_defers_instead_of_fetching() -> None:
     limiter = FakeLimiter(Reservation(0.5, True, lease="L"))
-    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    rig = make(FakeFetch([ok_response()]), limiter=limiter, settings=NO_HOLD)
     rig.handler.robots.rules_for("http://a.test/", rig.fetch.robots_txt)  # robots.txt known already
     limiter.paused = 3.0  # another worker's 429, while this one sleeps towards its slot
     _, routing_key, headers = only_publication(rig.handler(delivery()))
@@ -462,7 +509,9 @@ def test_a_pause_set_while_waiting_defers_instead_of_fetching() -> None:
 
 def test_full_concurrency_waits_briefly_then_defers() -> None:
     busy = Reservation(0.0, False, "busy")
-    rig = make(FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.0, True), busy))
+    rig = make(
+        FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.0, True), busy), settings=NO_HOLD
+    )
     _, routing_key, headers = only_publication(rig.handler(delivery()))
     assert routing_key == "d1000.bulk" and headers[ATTEMPT_HEADER] == 0
     assert sum(rig.time.slept) == pytest.approx(SETTINGS.max_inline_wait_s)
@@ -477,7 +526,7 @@ def test_a_lease_is_released_after_the_fetch_and_backoff_decays_on_success() -> 
 
 
 def test_benched_proxies_defer_without_charging_an_attempt() -> None:
-    rig = make(FakeFetch([TryLater(7.0, "proxies_benched")]))
+    rig = make(FakeFetch([TryLater(7.0, "proxies_benched")]), settings=NO_HOLD)
     _, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
     assert routing_key == "d30000.bulk" and headers[ATTEMPT_HEADER] == 1
 
