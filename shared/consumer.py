@@ -53,6 +53,10 @@ MAX_BACKOFF_S = 15.0
 MAX_DRAIN_S = 25.0
 RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONNECTION_ERRORS)
 POLL_S = 0.25
+# How long an idle handler thread, or the timer of held messages, sleeps between looks at the
+# stop flag; a stop wakes them at once. Eight handler threads that woke every POLL_S were most
+# of an idle worker's CPU.
+IDLE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -200,9 +204,16 @@ class ConsumerRuntime:
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
         self._forget_connection()
+        self._wake_threads()
         for thread in threads:
             thread.join(timeout=self.settings.fetch_deadline_s + 5)
         return 0
+
+    def _wake_threads(self) -> None:
+        """Wake the idle handler threads and the timer, to see that the service stops."""
+        self._held.wake()
+        for _ in range(self.concurrency):  # of no generation: a thread that takes one looks at the stop flag
+            self._local.put(_Item(-1, 0, next(self._seq), -1, 0, Delivery("", b"", {}, False)))
 
     def _connect(self) -> None:
         connection = broker.connect(self.settings, f"{self.name} {self.settings.worker_id}")
@@ -288,6 +299,7 @@ class ConsumerRuntime:
         """Stop taking messages; let in-flight ones finish (bounded); unstarted ones go back."""
         for consumer_tag in list(self._channel.consumer_tags):
             self._channel.basic_cancel(consumer_tag)
+        self._held.wake()  # held messages go back now, not when due
         deadline = time.monotonic() + min(self.settings.fetch_deadline_s + 5, MAX_DRAIN_S)
         while self._unsettled and time.monotonic() < deadline:
             self._connection.process_data_events(time_limit=POLL_S)
@@ -318,13 +330,14 @@ class ConsumerRuntime:
             except queue.Empty:
                 self._idle()
                 try:
-                    item = self._local.get(timeout=POLL_S)
+                    item = self._local.get(timeout=IDLE_WAIT_S)
                 except queue.Empty:
-                    if self.stop_event.is_set() and self._connection is None:
-                        return
-                    continue
-            if item.generation != self._generation:
-                continue  # its channel is gone and the broker has requeued it
+                    item = None
+            if item is None or item.generation != self._generation:
+                # A stale item's channel is gone and the broker has requeued it.
+                if self.stop_event.is_set() and self._connection is None:
+                    return
+                continue
             if self.stop_event.is_set():
                 outcome = Outcome.reject(requeue=True)  # never started: give it back
             else:
@@ -351,8 +364,7 @@ class ConsumerRuntime:
                 self._local.put(item)
             if stopping and self._connection is None:
                 return
-            # POLL_S bounds the sleep so that a stop is seen soon.
-            self._held.wait_for_next(POLL_S)
+            self._held.wait_for_next(IDLE_WAIT_S)  # a stop wakes it
 
     def _idle(self) -> None:
         if self.when_idle is None:

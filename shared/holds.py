@@ -60,6 +60,11 @@ class HeldMessages(Generic[T]):
             self._heap.clear()
             return items
 
+    def wake(self) -> None:
+        """End a `wait_for_next` now (the service is stopping)."""
+        with self._lock:
+            self.changed.notify_all()
+
     def wait_for_next(self, longest_s: float) -> None:
         """Sleep until the earliest item is due, an earlier one is added, or `longest_s` passes."""
         with self._lock:
