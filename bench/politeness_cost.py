@@ -239,6 +239,9 @@ def crawl(workers_n: int, rate: float, pages: int, log_dir: Path) -> Result:
         hits = site.hits
     cleanup(settings)
     times = sorted(hit.at for hit in hits)
+    with (log_dir / f"{tag}-site-hits.jsonl").open("w", encoding="utf-8") as out:
+        for hit in hits:
+            out.write(json.dumps({"at": hit.at, "path": hit.path}) + "\n")
     return Result(
         label=f"{workers_n} workers, {'unbound' if not rate else f'{rate:g}/s'}",
         wall_s=ended - first,
