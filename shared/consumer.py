@@ -343,11 +343,11 @@ class ConsumerRuntime:
             else:
                 outcome = self._handle(item.delivery)
             if outcome.hold_s is not None:
+                metrics.MESSAGES_HELD.inc()  # before the timer can let it go (and dec)
                 self._held.hold(
                     dataclasses.replace(item, delivery=dataclasses.replace(item.delivery, memo=outcome.memo)),
                     outcome.hold_s,
                 )
-                metrics.MESSAGES_HELD.inc()
             elif outcome.later is not None:
                 outcome.later.add_done_callback(functools.partial(self._hand_back_settled, item))
             else:
