@@ -89,7 +89,7 @@ class Settings:
     max_inline_wait_s: float = 2.0  # a longer rate-limit wait frees the fetch thread
     # A URL that must wait longer than the inline wait is held unacked in the worker for up to
     # this long (its domain slot reserved); longer waits go back through the broker. 0 = never hold.
-    max_hold_s: float = 60.0
+    max_hold_s: float = 300.0
     cache_enabled: bool = True
     cache_ttl_s: float = 86400.0
     cache_max_body_bytes: int = 1_000_000

@@ -210,8 +210,12 @@ class CrawlHandler:
             # Not the URL's failure and nothing to retry: the address is not ours to fetch.
             return self._skip(task, "blocked_address", exc.detail, progress)
         except TryLater as later:
-            if later.wait_s <= self.settings.max_hold_s:
-                return self._wait_here(task, later)
+            waiting = delivery.memo if isinstance(delivery.memo, Waiting) else Waiting(time.monotonic())
+            # Held in all for at most twice MAX_HOLD_S: far below the broker's consumer_timeout,
+            # whatever the number of URLs waiting for the domain.
+            held_s = time.monotonic() - waiting.since + later.wait_s
+            if later.wait_s <= self.settings.max_hold_s and held_s <= 2 * self.settings.max_hold_s:
+                return self._wait_here(task, later, waiting)
             return self._defer(delivery.body, task, progress, later)
         except TransientError as exc:
             failed = progress.failed_once_more(self.clock())
@@ -330,7 +334,7 @@ class CrawlHandler:
             lambda: self._risky(lambda: fetcher.page(url, cached)),
             crawl_delay_s,
             may_hold=self.settings.max_hold_s > 0,
-            slot=memo if isinstance(memo, HeldSlot) else None,
+            slot=memo.slot if isinstance(memo, Waiting) else None,
         )
         if fetched.not_modified:
             if cached is None:  # the fetcher only asks conditionally with an entry to revalidate
@@ -384,13 +388,13 @@ class CrawlHandler:
             )
         )
 
-    def _wait_here(self, task: CrawlTask, later: TryLater) -> Outcome:
+    def _wait_here(self, task: CrawlTask, later: TryLater, waiting: Waiting) -> Outcome:
         """Kept unacked in this worker until the domain can take it, its slot (if reserved)
         with it; the fetch thread goes on meanwhile, and a crash gives the URL back to the
         broker like any message in flight."""
         log.debug("holding %s for %.3f s (%s)", task.url, later.wait_s, later.reason)
         metrics.HOLDS.labels(later.reason).inc()
-        return Outcome.hold(later.wait_s, later.slot)
+        return Outcome.hold(later.wait_s, Waiting(waiting.since, later.slot))
 
     def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:
         """The domain cannot take the URL for longer than we wait in-process: back through a
@@ -482,6 +486,15 @@ class CrawlHandler:
             extracted=extracted,
             previous_run=task.recrawl_of,
         )
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a held delivery carries (Delivery.memo): since when it has been held, and the slot
+    reserved for it, if any."""
+
+    since: float  # time.monotonic()
+    slot: HeldSlot | None = None
 
 
 def _context(task: CrawlTask) -> dict[str, str]:

@@ -308,7 +308,13 @@ class DomainGate:
             if reservation.reason != "busy":
                 # Come back when the slot is within reach, not when it is due: then there is
                 # always a URL waiting for the domain's next slot.
-                raise TryLater(max(0.0, reservation.wait_s - max(remaining, horizon_s)), reservation.reason)
+                back_s = max(0.0, reservation.wait_s - max(remaining, horizon_s))
+                if may_hold:
+                    # Not sooner than a quarter of the horizon, though: while more URLs wait
+                    # than the horizon holds, the newest take the slots coming within reach,
+                    # and URLs that came back just short of one would ask again and again.
+                    back_s = max(back_s, horizon_s / 4)
+                raise TryLater(back_s, reservation.reason)
             if remaining <= 0:
                 raise TryLater(BUSY_RETRY_S, "busy")
             # All the domain's concurrency slots are taken; one usually frees within a fetch.

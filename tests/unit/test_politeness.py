@@ -336,10 +336,18 @@ def test_a_slot_beyond_the_inline_wait_is_reserved_and_handed_out_to_hold() -> N
 
 
 def test_a_slot_beyond_the_hold_horizon_comes_back_when_it_is_within_it() -> None:
-    gate, _ = gate_with(FakeLimiter(Reservation(100.0, False, "rate")))
+    gate, _ = gate_with(FakeLimiter(Reservation(1000.0, False, "rate")))
     with pytest.raises(TryLater) as caught:
         gate.call("a.example", lambda: "x", may_hold=True)
-    assert (caught.value.wait_s, caught.value.slot) == (100.0 - SETTINGS.max_hold_s, None)
+    horizon = SETTINGS.max_hold_s
+    assert (caught.value.wait_s, caught.value.slot) == (1000.0 - horizon, None)
+
+
+def test_a_slot_just_beyond_the_hold_horizon_is_not_asked_for_again_at_once() -> None:
+    gate, _ = gate_with(FakeLimiter(Reservation(SETTINGS.max_hold_s + 0.01, False, "rate")))
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: "x", may_hold=True)
+    assert caught.value.wait_s == SETTINGS.max_hold_s / 4
 
 
 def test_a_held_slot_is_sent_after_one_check_without_a_new_reservation() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from shared.messages import (
 )
 from shared.settings import Settings
 from shared.topology import build_topology
-from worker.handler import CacheEntry, CrawlHandler, Response
+from worker.handler import CacheEntry, CrawlHandler, Response, Waiting
 from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
@@ -352,10 +353,11 @@ def test_a_url_whose_slot_is_beyond_the_inline_wait_is_held_with_its_slot_then_s
     rig = make(FakeFetch([ok_response()]), limiter=limiter)
     held = rig.handler(delivery())
     assert held.hold_s == 4.0 and held.ack is False and held.publications == ()
-    assert isinstance(held.memo, HeldSlot) and held.memo.domain == "a.test" and held.memo.backoff == 1.5
+    assert isinstance(held.memo, Waiting) and isinstance(held.memo.slot, HeldSlot)
+    assert held.memo.slot.domain == "a.test" and held.memo.slot.backoff == 1.5
     assert rig.fetch.urls == [] and rig.time.slept == []
     # Handed back when due: sent after one clear_held, no new reservation.
-    rig.time.now = held.memo.due
+    rig.time.now = held.memo.slot.due
     reservations = len(limiter.rates)
     assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
     assert rig.fetch.urls == ["http://a.test/p"] and len(limiter.rates) == reservations
@@ -363,19 +365,31 @@ def test_a_url_whose_slot_is_beyond_the_inline_wait_is_held_with_its_slot_then_s
 
 
 def test_a_url_refused_within_the_hold_horizon_is_held_without_a_slot() -> None:
-    limiter = FakeLimiter(Reservation(0.0, True), Reservation(75.0, False, "rate"))
+    horizon = SETTINGS.max_hold_s
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(horizon + 100.0, False, "rate"))
     rig = make(FakeFetch([]), limiter=limiter)
     held = rig.handler(delivery())
-    # Back when its slot is within the hold horizon (60 s), to reserve it then.
-    assert held.hold_s == pytest.approx(75.0 - SETTINGS.max_hold_s) and held.memo is None
+    # Back when its slot is within the hold horizon, to reserve it then.
+    assert held.hold_s == pytest.approx(100.0)
+    assert isinstance(held.memo, Waiting) and held.memo.slot is None
     assert held.publications == ()
 
 
 def test_a_wait_beyond_the_hold_horizon_still_goes_through_a_defer_queue() -> None:
-    limiter = FakeLimiter(Reservation(0.0, True), Reservation(200.0, False, "paused"))
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(3 * SETTINGS.max_hold_s, False, "paused"))
     rig = make(FakeFetch([]), limiter=limiter)
     exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
     assert (exchange, routing_key, headers[ATTEMPT_HEADER]) == ("ns.defer", "d30000.bulk", 1)
+
+
+def test_a_url_held_for_twice_the_horizon_in_all_goes_through_a_defer_queue() -> None:
+    horizon = SETTINGS.max_hold_s
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(horizon + 100.0, False, "rate"))
+    rig = make(FakeFetch([]), limiter=limiter)
+    # Held since 1.9 horizons ago: another 100 s would pass twice the horizon.
+    long_held = Waiting(time.monotonic() - 1.9 * horizon)
+    exchange, _, _ = only_publication(rig.handler(dataclasses.replace(delivery(), memo=long_held)))
+    assert exchange == "ns.defer"
 
 
 def deferrals(reason: str) -> float:
