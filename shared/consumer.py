@@ -7,6 +7,11 @@ back with `add_callback_threadsafe`, and the connection's thread publishes what 
 (waiting for each confirm) and only then acks. A crash anywhere before the ack leaves the
 message unacked, and the broker delivers it again.
 
+A handler that cannot finish a message yet returns `Outcome.hold(seconds, memo)`: the message
+stays unacked in a timer heap (shared/holds.py) and goes back to a handler thread when due, with
+`memo` in `Delivery.memo`; the thread meanwhile takes other messages. Held messages count against
+the prefetch, which is what bounds them. A stopping service gives them back to the broker.
+
 A handler whose last step finishes on another thread (the worker's batched database commit)
 returns `Outcome.after(settled)`: its thread goes on to the next message at once, and the
 outcome is handed back when `settled` resolves. Until then the message stays unacked, and
@@ -21,6 +26,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -36,6 +42,7 @@ from tenacity import Retrying, stop_when_event_set
 
 from shared import broker, metrics, pika_compat, retrying
 from shared.errors import ServiceUnavailable
+from shared.holds import HeldMessages
 from shared.settings import Settings
 from shared.signals import off_the_handler
 from shared.topology import build_topology
@@ -47,6 +54,10 @@ log = logging.getLogger(__name__)
 MAX_DRAIN_S = 25.0
 RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONNECTION_ERRORS)
 POLL_S = 0.25
+# How long an idle handler thread, or the timer of held messages, sleeps between looks at the
+# stop flag; a stop wakes them at once. Eight handler threads that woke every POLL_S were most
+# of an idle worker's CPU.
+IDLE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,7 @@ class Delivery:
     headers: Mapping[str, Any]
     redelivered: bool
     priority: int = 0
+    memo: Any = field(default=None, compare=False)  # what the handler asked to hold it with
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,8 @@ class Outcome:
     ack: bool = True
     requeue: bool = False
     later: concurrent.futures.Future[Outcome] | None = None  # see `after`
+    hold_s: float | None = None  # see `hold`
+    memo: Any = None
 
     @classmethod
     def done(cls) -> Outcome:
@@ -78,6 +92,12 @@ class Outcome:
     @classmethod
     def reject(cls, requeue: bool) -> Outcome:
         return cls(ack=False, requeue=requeue)
+
+    @classmethod
+    def hold(cls, seconds: float, memo: Any = None) -> Outcome:
+        """Not settled: keep the message unacked here and hand it to the handler again in
+        `seconds`, with `memo` as its Delivery.memo."""
+        return cls(ack=False, hold_s=seconds, memo=memo)
 
     @classmethod
     def after(cls, settled: concurrent.futures.Future[Outcome]) -> Outcome:
@@ -148,6 +168,7 @@ class ConsumerRuntime:
         # by a wake that went to a connection that has since closed.
         self._settled: collections.deque[tuple[int, int, Outcome]] = collections.deque()
         self._settled_lock = threading.Lock()
+        self._held: HeldMessages[_Item] = HeldMessages(time.monotonic)
 
     # ---- the connection's thread ------------------------------------------------------------
 
@@ -156,6 +177,7 @@ class ConsumerRuntime:
             threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
+        threads.append(threading.Thread(target=self._release_held, name=f"{self.name}-held", daemon=True))
         for thread in threads:
             thread.start()
         if not self.stop_event.is_set():
@@ -177,6 +199,7 @@ class ConsumerRuntime:
                 self._forget_connection()
                 self._reconnect(exc)
         self._forget_connection()
+        self._wake_threads()
         for thread in threads:
             thread.join(timeout=self.settings.fetch_deadline_s + 5)
         return 0
@@ -206,6 +229,12 @@ class ConsumerRuntime:
             retrying.patiently(
                 RECOVERABLE, stop_when_event_set(self.stop_event), self.stop_event.wait, on_pause
             )(connect)
+
+    def _wake_threads(self) -> None:
+        """Wake the idle handler threads and the timer, to see that the service stops."""
+        self._held.wake()
+        for _ in range(self.concurrency):  # of no generation: a thread that takes one looks at the stop flag
+            self._local.put(_Item(-1, 0, next(self._seq), -1, 0, Delivery("", b"", {}, False)))
 
     def _connect(self) -> None:
         connection = broker.connect(self.settings, f"{self.name} {self.settings.worker_id}")
@@ -290,6 +319,7 @@ class ConsumerRuntime:
         """Stop taking messages; let in-flight ones finish (bounded); unstarted ones go back."""
         for consumer_tag in list(self._channel.consumer_tags):
             self._channel.basic_cancel(consumer_tag)
+        self._held.wake()  # held messages go back now, not when due
         deadline = time.monotonic() + min(self.settings.fetch_deadline_s + 5, MAX_DRAIN_S)
         while self._unsettled and time.monotonic() < deadline:
             self._connection.process_data_events(time_limit=POLL_S)
@@ -320,21 +350,41 @@ class ConsumerRuntime:
             except queue.Empty:
                 self._idle()
                 try:
-                    item = self._local.get(timeout=POLL_S)
+                    item = self._local.get(timeout=IDLE_WAIT_S)
                 except queue.Empty:
-                    if self.stop_event.is_set() and self._connection is None:
-                        return
-                    continue
-            if item.generation != self._generation:
-                continue  # its channel is gone and the broker has requeued it
+                    item = None
+            if item is None or item.generation != self._generation:
+                # A stale item's channel is gone and the broker has requeued it.
+                if self.stop_event.is_set() and self._connection is None:
+                    return
+                continue
             if self.stop_event.is_set():
                 outcome = Outcome.reject(requeue=True)  # never started: give it back
             else:
                 outcome = self._handle(item.delivery)
-            if outcome.later is not None:
+            if outcome.hold_s is not None:
+                metrics.MESSAGES_HELD.inc()  # before the timer can let it go (and dec)
+                self._held.hold(
+                    dataclasses.replace(item, delivery=dataclasses.replace(item.delivery, memo=outcome.memo)),
+                    outcome.hold_s,
+                )
+            elif outcome.later is not None:
                 outcome.later.add_done_callback(functools.partial(self._hand_back_settled, item))
             else:
                 self._hand_back(item, outcome)
+
+    def _release_held(self) -> None:
+        """The timer thread: each held message back to the handler threads when due, and all of
+        them at once when the service stops (the handlers then give them back to the broker)."""
+        while True:
+            stopping = self.stop_event.is_set()
+            due = self._held.take_all() if stopping else self._held.take_due()
+            for item in due:
+                metrics.MESSAGES_HELD.dec()
+                self._local.put(item)
+            if stopping and self._connection is None:
+                return
+            self._held.wait_for_next(IDLE_WAIT_S)  # a stop wakes it
 
     def _idle(self) -> None:
         if self.when_idle is None:

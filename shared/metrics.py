@@ -34,6 +34,10 @@ Where each metric is counted (label values in brackets):
 
     every consumer (the shared consumer loop, so worker and dlq_consumer alike)
       MESSAGES_CONSUMED[queue]     each delivery taken from a queue, redeliveries included
+      MESSAGES_HELD                inc() when a handler holds a message unacked to try it again
+                                   later (Outcome.hold), dec() when it goes back to a handler
+      HOLDS[reason]                worker: a URL held in-process for its domain (rate, busy,
+                                   spacing, ...), where it would otherwise be deferred
 
     dlq_consumer
       DEAD_LETTERS[reason]         after a dead letter's row is committed.
@@ -92,6 +96,8 @@ DUPLICATE_DELIVERIES = Counter(
 )
 
 # Every consumer.
+MESSAGES_HELD = Gauge("crawl_messages_held", "Messages held unacked in-process until they are due.")
+HOLDS = Counter("crawl_holds", "URLs held in-process to wait for their domain, not deferred.", ["reason"])
 MESSAGES_CONSUMED = Counter("crawl_messages_consumed", "Deliveries taken from a queue.", ["queue"])
 
 # Dead-letter consumer.

@@ -58,6 +58,7 @@ POSITIVE = (
 NOT_NEGATIVE = (
     "heartbeat_s",
     "max_inline_wait_s",
+    "max_hold_s",
     "max_sitemap_depth",
     "cache_max_body_bytes",
     "host_spread_window",
@@ -129,7 +130,10 @@ class Settings:
     fetch_allowlist: str = ""  # e.g. "10.1.0.0/16,intranet.example,.corp.example"
     user_agent: str = "crawl-pipeline/0.1 (+https://github.com/crawl-pipeline)"
     rate_limit_rps: float = 2.0  # per domain, shared by every worker
-    max_inline_wait_s: float = 2.0  # a longer rate-limit wait goes back through the broker
+    max_inline_wait_s: float = 2.0  # a longer rate-limit wait frees the fetch thread
+    # A URL that must wait longer than the inline wait is held unacked in the worker for up to
+    # this long (its domain slot reserved); longer waits go back through the broker. 0 = never hold.
+    max_hold_s: float = 300.0
     cache_enabled: bool = True
     cache_ttl_s: float = 86400.0
     cache_max_body_bytes: int = 1_000_000

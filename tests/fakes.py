@@ -57,6 +57,7 @@ class FakeLimiter:
         self.paused = paused_s
         self.calls: list[tuple[float, float, int]] = []  # (rate, max wait, max concurrent)
         self.spacings: list[float] = []
+        self.held_clears: list[int] = []  # the cap each clear_held call was given
         self.released: list[str] = []
         self.pauses: list[float] = []
         self.slowed: list[float] = []  # the rate each slow_down was given
@@ -75,6 +76,7 @@ class FakeLimiter:
         max_wait_s: float,
         max_concurrent: int = 0,
         lease_s: float = 0.0,
+        lease_within_s: float | None = None,
     ) -> Reservation:
         self.calls.append((rate_per_s, max_wait_s, max_concurrent))
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
@@ -87,6 +89,14 @@ class FakeLimiter:
         if self.clearances:
             return self.clearances.pop(0)
         return (False, self.paused, "paused") if self.paused else (True, 0.0, "ok")
+
+    def clear_held(
+        self, domain: str, spacing_s: float, max_concurrent: int = 0, lease_s: float = 0.0
+    ) -> tuple[bool, float, str, str]:
+        """As clear_to_send, for a held slot; a cleared one with a concurrency cap gets a lease."""
+        self.held_clears.append(max_concurrent)
+        cleared, wait_s, reason = self.clear_to_send(domain, spacing_s)
+        return cleared, wait_s, reason, "held-lease" if cleared and max_concurrent else ""
 
     def pause(self, domain: str, seconds: float) -> None:
         self.pauses.append(seconds)

@@ -58,12 +58,14 @@ COPY, REDELIVERED, FORWARDED = "copy", "redelivered", "forwarded"
 DELIVERY_KINDS = (COPY, REDELIVERED, FORWARDED)
 
 # KEYS[1] the URL's dedup hash, KEYS[2] the run's stats hash; ARGV[1] the URL's field,
-# ARGV[2] the delivery's kind, ARGV[3] 1 when it is a producer's message (no headers of ours).
+# ARGV[2] the delivery's kind, ARGV[3] 1 when it is a producer's message (no headers of ours),
+# ARGV[4] 0 when this delivery was counted already (it comes back from a hold in the worker).
 # Returns 1 when the URL is settled already. Atomic, so a count and its verdict go together.
 CHECK_SCRIPT = """
 local handled = redis.call('HGET', KEYS[1], ARGV[1]) == 'h'
 local kind = ARGV[2]
-if kind == 'copy' then
+if ARGV[4] == '0' then
+elseif kind == 'copy' then
   redis.call('HINCRBY', KEYS[2], 'copies_received', 1)
 elseif kind == 'redelivered' and ARGV[3] == '1' then
   redis.call('HINCRBY', KEYS[2], 'copies_redelivered', 1)
@@ -105,18 +107,21 @@ class HandledMarks:
         for kind in DELIVERY_KINDS:  # each series from 0, so increase() sees the first one
             metrics.DUPLICATE_DELIVERIES.labels(kind)
 
-    def already_handled(self, task: CrawlTask, kind: str = FORWARDED, from_producer: bool = False) -> bool:
+    def already_handled(
+        self, task: CrawlTask, kind: str = FORWARDED, from_producer: bool = False, counted: bool = False
+    ) -> bool:
         """True when another copy of this task's URL was settled before. Counts the delivery by
-        `kind` (delivery_kind()); `from_producer`: the message is as a producer published it."""
+        `kind` (delivery_kind()) unless it was `counted` before (a URL back from a hold in the
+        worker: the same delivery); `from_producer`: the message is as a producer published it."""
         key, field = seen_field(self._keys, task.run_id, task.url)
         with translate_redis_errors(self._client):
             handled = bool(
                 self._check(
                     keys=[key, self._keys.run_stats(task.run_id)],
-                    args=[field, kind, 1 if from_producer else 0],
+                    args=[field, kind, 1 if from_producer else 0, 0 if counted else 1],
                 )
             )
-        if kind == COPY:
+        if kind == COPY and not counted:
             metrics.PRODUCER_COPIES_RECEIVED.inc()
         if handled:
             metrics.DUPLICATE_DELIVERIES.labels(kind).inc()

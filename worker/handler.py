@@ -5,8 +5,10 @@ it. The order of work for a URL: decode → robots.txt (skip if disallowed) → 
 (fresh: done; stale: revalidate) → domain gate (rate, concurrency, pause) → fetch → parse →
 commit → (ack). Transient failures go to a retry queue with the attempt count in our own
 header; the last allowed failure, or a permanent one, goes to the dead-letter exchange. A URL
-the domain cannot take now (TryLater) goes to a defer queue, apart from the retries, without
-being charged an attempt: never dropped, never acked unprocessed.
+the domain cannot take now (TryLater) is held unacked in the worker until it can (its slot
+reserved, when the gate could), or for a wait beyond MAX_HOLD_S goes to a defer queue, apart
+from the retries; either way without being charged an attempt: never dropped, never acked
+unprocessed.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from worker.handled import delivery_kind
 from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
 from worker.poison import DeliveryLimit
-from worker.politeness import TryLater
+from worker.politeness import HeldSlot, TryLater
 from worker.profiles import Profiles
 from worker.response import CacheEntry, Response
 from worker.robots import RobotsAnswer, RobotsRules
@@ -83,7 +85,15 @@ class Cache(Protocol):
 class Gate(Protocol):
     """worker.politeness.DomainGate: every request to a domain goes through it."""
 
-    def call(self, domain: str, send: Callable[[], T], crawl_delay_s: float | None = None) -> T: ...
+    def call(
+        self,
+        domain: str,
+        send: Callable[[], T],
+        crawl_delay_s: float | None = None,
+        *,
+        may_hold: bool = False,
+        slot: HeldSlot | None = None,
+    ) -> T: ...
 
 
 class Robots(Protocol):
@@ -99,7 +109,9 @@ class RunStates(Protocol):
 class Handled(Protocol):
     """worker.handled.HandledMarks: URLs of a run already stored or skipped."""
 
-    def already_handled(self, task: CrawlTask, kind: str, from_producer: bool) -> bool: ...
+    def already_handled(
+        self, task: CrawlTask, kind: str, from_producer: bool, counted: bool = False
+    ) -> bool: ...
 
     def mark_later(self, task: CrawlTask) -> None: ...
 
@@ -180,6 +192,12 @@ class CrawlHandler:
             # Not the URL's failure and nothing to retry: the address is not ours to fetch.
             return self._skip(task, "blocked_address", exc.detail, progress)
         except TryLater as later:
+            waiting = delivery.memo if isinstance(delivery.memo, Waiting) else Waiting(time.monotonic())
+            # Held in all for at most twice MAX_HOLD_S: far below the broker's consumer_timeout,
+            # whatever the number of URLs waiting for the domain.
+            held_s = time.monotonic() - waiting.since + later.wait_s
+            if later.wait_s <= self.settings.max_hold_s and held_s <= 2 * self.settings.max_hold_s:
+                return self._wait_here(task, later, waiting)
             return self._defer(delivery.body, task, progress, later)
         except TransientError as exc:
             failed = progress.failed_once_more(self.clock())
@@ -205,7 +223,10 @@ class CrawlHandler:
         if self.handled is None or progress.replays:
             return False
         kind = delivery_kind(delivery.headers, delivery.redelivered)
-        if not self.handled.already_handled(task, kind, from_producer=not delivery.headers):
+        back_from_hold = isinstance(delivery.memo, Waiting)  # counted when it first came
+        if not self.handled.already_handled(
+            task, kind, from_producer=not delivery.headers, counted=back_from_hold
+        ):
             return False
         log.info("already handled %s run=%s: acked, not fetched", task.url, task.run_id, extra=_context(task))
         return True
@@ -302,8 +323,13 @@ class CrawlHandler:
             metrics.CACHE_HITS.inc()
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
+        memo = self._local.delivery.memo
         fetched = self.gate.call(
-            domain_of(url), lambda: self._risky(lambda: self.fetch.page(url, cached)), crawl_delay_s
+            domain_of(url),
+            lambda: self._risky(lambda: self.fetch.page(url, cached)),
+            crawl_delay_s,
+            may_hold=self.settings.max_hold_s > 0,
+            slot=memo.slot if isinstance(memo, Waiting) else None,
         )
         if fetched.not_modified:
             if cached is None:  # the fetcher only asks conditionally with an entry to revalidate
@@ -350,6 +376,14 @@ class CrawlHandler:
                 task.priority or None,
             )
         )
+
+    def _wait_here(self, task: CrawlTask, later: TryLater, waiting: Waiting) -> Outcome:
+        """Kept unacked in this worker until the domain can take it, its slot (if reserved)
+        with it; the fetch thread goes on meanwhile, and a crash gives the URL back to the
+        broker like any message in flight."""
+        log.debug("holding %s for %.3f s (%s)", task.url, later.wait_s, later.reason)
+        metrics.HOLDS.labels(later.reason).inc()
+        return Outcome.hold(later.wait_s, Waiting(waiting.since, later.slot))
 
     def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:
         """The domain cannot take the URL for longer than we wait in-process: back through a
@@ -441,6 +475,15 @@ class CrawlHandler:
             extracted=extracted,
             previous_run=task.recrawl_of,
         )
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a held delivery carries (Delivery.memo): since when it has been held, and the slot
+    reserved for it, if any."""
+
+    since: float  # time.monotonic()
+    slot: HeldSlot | None = None
 
 
 def _context(task: CrawlTask) -> dict[str, str]:

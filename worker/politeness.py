@@ -9,8 +9,12 @@ Per domain, shared by every worker through Redis (docs/POLITENESS.md):
 
 `DomainGate.call(domain, send)` waits for a slot (in-process when the wait is short), sends,
 and reports throttling answers back to the shared state. When the wait would be long it raises
-TryLater, which is not a failure: the handler sends the URL back through a defer queue without
-charging it an attempt.
+TryLater, which is not a failure: the handler holds the URL unacked in the worker until then, or
+(a wait beyond MAX_HOLD_S) sends it back through a defer queue, without charging it an attempt.
+A caller that can hold its URL (`may_hold`) gets its slot reserved up to MAX_HOLD_S ahead:
+TryLater then carries a `HeldSlot`, and the call made with that slot when it is due sends at
+once, after one Redis check, instead of asking for a slot again. Waiters hold reservations, so
+they neither poll Redis nor bounce through the broker while they wait.
 """
 
 from __future__ import annotations
@@ -45,12 +49,23 @@ LEASE_MARGIN_S = 5.0  # a concurrency lease outlives the longest possible fetch 
 MAX_SPACING_WAITS = 5  # a request nudged back (clear_to_send) more often than this is deferred
 
 
-class TryLater(PipelineError):
-    """Not a failure: the URL cannot be served now and should come back after `wait_s`."""
+@dataclass(frozen=True)
+class HeldSlot:
+    """A domain slot reserved for a held URL: due at `due` on the gate's clock."""
 
-    def __init__(self, wait_s: float, reason: str) -> None:
+    domain: str
+    due: float
+    backoff: float = 1.0
+
+
+class TryLater(PipelineError):
+    """Not a failure: the URL cannot be served now and should come back after `wait_s`; with
+    `slot`, its slot is reserved and the URL must come back with it (`DomainGate.call`)."""
+
+    def __init__(self, wait_s: float, reason: str, slot: HeldSlot | None = None) -> None:
         self.wait_s = wait_s
         self.reason = reason
+        self.slot = slot
         super().__init__(f"{reason}: try again in {wait_s:.3f} s")
 
 
@@ -190,11 +205,16 @@ class DomainLimiter(Protocol):
         max_wait_s: float,
         max_concurrent: int = 0,
         lease_s: float = 0.0,
+        lease_within_s: float | None = None,
     ) -> Reservation: ...
 
     def release(self, domain: str, lease: str) -> None: ...
 
     def clear_to_send(self, domain: str, spacing_s: float) -> tuple[bool, float, str]: ...
+
+    def clear_held(
+        self, domain: str, spacing_s: float, max_concurrent: int = 0, lease_s: float = 0.0
+    ) -> tuple[bool, float, str, str]: ...
 
     def pause(self, domain: str, seconds: float) -> None: ...
 
@@ -217,24 +237,39 @@ class DomainGate:
         self._limiter = limiter
         self._config = config
         self._max_inline_wait_s = settings.max_inline_wait_s
+        self._max_hold_s = settings.max_hold_s
         self._max_pause_s = settings.max_domain_pause_s
         self._lease_s = settings.fetch_deadline_s + LEASE_MARGIN_S
         self._sleep = sleep
         self._clock = clock
 
-    def call(self, domain: str, send: Callable[[], T], crawl_delay_s: float | None = None) -> T:
-        """Send once the domain allows; raise TryLater if that is more than a short wait away."""
+    def call(
+        self,
+        domain: str,
+        send: Callable[[], T],
+        crawl_delay_s: float | None = None,
+        *,
+        may_hold: bool = False,
+        slot: HeldSlot | None = None,
+    ) -> T:
+        """Send once the domain allows; raise TryLater if that is more than a short wait away.
+
+        `may_hold`: the caller can hold its URL, so a slot up to MAX_HOLD_S ahead is reserved
+        for it (TryLater.slot). `slot`: such a slot, now due."""
         policy = self._config.policy_for(domain)
         rate = policy.rate_per_s(crawl_delay_s)
         waited = _Waits(self._sleep)
         reservation = Reservation(0.0, False)
         try:
-            reservation = self._admit(domain, rate, policy.max_concurrent, waited)
-            if reservation.wait_s > 0:
-                waited.sleep(reservation.wait_s)
-            # Requests leave a whole interval apart even when one of them woke late.
-            if not reservation.cleared:
-                self._clear_to_send(domain, RATE_HEADROOM / rate * reservation.backoff, waited)
+            if slot is not None and slot.domain == domain:
+                reservation = self._send_held(slot, rate, policy.max_concurrent, waited)
+            else:
+                reservation = self._admit(domain, rate, policy.max_concurrent, waited, may_hold)
+                if reservation.wait_s > 0:
+                    waited.sleep(reservation.wait_s)
+                # Requests leave a whole interval apart even when one of them woke late.
+                if not reservation.cleared:
+                    self._clear_to_send(domain, RATE_HEADROOM / rate * reservation.backoff, waited)
             waited.count()
             result = send()
         except Throttled as exc:
@@ -248,27 +283,61 @@ class DomainGate:
             self._limiter.speed_up(domain)
         return result
 
-    def _admit(self, domain: str, rate: float, max_concurrent: int, waited: _Waits) -> Reservation:
+    def _admit(
+        self, domain: str, rate: float, max_concurrent: int, waited: _Waits, may_hold: bool = False
+    ) -> Reservation:
         deadline = self._clock() + self._max_inline_wait_s
+        horizon_s = max(self._max_hold_s, self._max_inline_wait_s) if may_hold else 0.0
         while True:
             remaining = max(0.0, deadline - self._clock())
             reservation = self._limiter.reserve(
                 domain,
                 rate / RATE_HEADROOM,
-                max_wait_s=remaining,
+                max_wait_s=max(remaining, horizon_s),
                 max_concurrent=max_concurrent,
                 lease_s=self._lease_s,
+                lease_within_s=remaining if may_hold else None,
             )
+            if reservation.reserved and reservation.wait_s > remaining:
+                # Reserved beyond the in-process wait: the URL is held until its slot.
+                due = self._clock() + reservation.wait_s
+                slot = HeldSlot(domain.lower(), due, reservation.backoff)
+                raise TryLater(reservation.wait_s, "rate", slot)
             if reservation.reserved:
                 return reservation
             if reservation.reason != "busy":
-                # Come back when the slot is within the in-process wait, not when it is due:
-                # then there is always a URL waiting for the domain's next slot.
-                raise TryLater(max(0.0, reservation.wait_s - remaining), reservation.reason)
+                # Come back when the slot is within reach, not when it is due: then there is
+                # always a URL waiting for the domain's next slot.
+                back_s = max(0.0, reservation.wait_s - max(remaining, horizon_s))
+                if may_hold:
+                    # Not sooner than a quarter of the horizon, though: while more URLs wait
+                    # than the horizon holds, the newest take the slots coming within reach,
+                    # and URLs that came back just short of one would ask again and again.
+                    back_s = max(back_s, horizon_s / 4)
+                raise TryLater(back_s, reservation.reason)
             if remaining <= 0:
                 raise TryLater(BUSY_RETRY_S, "busy")
             # All the domain's concurrency slots are taken; one usually frees within a fetch.
             waited.sleep(min(BUSY_POLL_S, remaining))
+
+    def _send_held(self, slot: HeldSlot, rate: float, max_concurrent: int, waited: _Waits) -> Reservation:
+        """The send of a slot reserved ahead: one check (pause, spacing, concurrency lease)."""
+        early_s = slot.due - self._clock()
+        if early_s > 0:
+            waited.sleep(early_s)
+        deadline = self._clock() + self._max_inline_wait_s
+        spacing_s = RATE_HEADROOM / rate * slot.backoff
+        while True:
+            cleared, wait_s, reason, lease = self._limiter.clear_held(
+                slot.domain, spacing_s, max_concurrent, self._lease_s
+            )
+            if cleared:
+                return Reservation(0.0, True, lease=lease, backoff=slot.backoff, cleared=True)
+            wait_s = BUSY_POLL_S if reason == "busy" else wait_s
+            if reason == "paused" or self._clock() + wait_s > deadline:
+                # The slot is spent; the URL takes its turn again.
+                raise TryLater(wait_s, reason)
+            waited.sleep(wait_s)
 
     def _clear_to_send(self, domain: str, spacing_s: float, waited: _Waits) -> None:
         """Wait, briefly, until the previous request to the domain is far enough behind us."""

@@ -44,6 +44,9 @@ BACKOFF_MEMORY_MS = 3_600_000  # an idle domain's backoff is forgotten after an 
 # KEYS  1 TAT (µs of the server clock)  2 pause  3 backoff hash  4 inflight leases  5 latest send
 # ARGV  1 emission interval µs (1e6 / rate)  2 burst tolerance µs  3 longest acceptable wait µs
 #       4 concurrency cap (0 = none)  5 lease length µs after the wait  6 lease id
+#       7 longest wait µs that takes a lease: a slot further off is reserved without one (and
+#         unchecked against the cap), for a caller that holds its URL and takes the lease when
+#         it sends (_CLEAR_HELD_LUA); waiting, it is not in flight
 # Returns {reserved 0|1, wait µs, reason, backoff multiplier, cleared 0|1}. Refused
 # reservations write nothing. A slot due at once also gets the clear-to-send check below, in
 # the same call, with the (stretched) interval as the spacing: cleared=1 means it is recorded
@@ -81,6 +84,9 @@ if wait < 0 then
 end
 if wait > max_wait then
   return {0, math.ceil(wait), reason, tostring(multiplier)}
+end
+if cap > 0 and wait > tonumber(ARGV[7]) then
+  cap = 0
 end
 if cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now))
@@ -126,6 +132,39 @@ local spacing = tonumber(ARGV[1])
 local due = tonumber(redis.call('GET', KEYS[1]) or '0') + spacing
 if now < due then
   return {0, math.ceil(due - now), 'spacing'}
+end
+redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(spacing / 1000) + 1)
+return {1, 0, 'ok'}
+"""
+
+# KEYS 1 latest send (µs)  2 pause  3 inflight leases   ARGV 1 least spacing µs  2 cap (0 = none)
+# 3 lease length µs  4 lease id. The send of a slot reserved ahead: the clear-to-send check
+# above, and the concurrency lease the reservation left for now, in one step; nothing is
+# written unless both pass. Returns {cleared 0|1, wait µs, reason}.
+_CLEAR_HELD_LUA = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local pause_ms = redis.call('PTTL', KEYS[2])
+if pause_ms > 0 then
+  return {0, pause_ms * 1000, 'paused'}
+end
+local spacing = tonumber(ARGV[1])
+local due = tonumber(redis.call('GET', KEYS[1]) or '0') + spacing
+if now < due then
+  return {0, math.ceil(due - now), 'spacing'}
+end
+local cap = tonumber(ARGV[2])
+if cap > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
+  if redis.call('ZCARD', KEYS[3]) >= cap then
+    return {0, 0, 'busy'}
+  end
+  local expires = now + tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[3], string.format('%.0f', expires), ARGV[4])
+  local lease_ms = math.ceil(tonumber(ARGV[3]) / 1000) + 1
+  if redis.call('PTTL', KEYS[3]) < lease_ms then
+    redis.call('PEXPIRE', KEYS[3], lease_ms)
+  end
 end
 redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(spacing / 1000) + 1)
 return {1, 0, 'ok'}
@@ -182,6 +221,7 @@ class RateLimiter:
         # register_script sends EVALSHA and reloads the script on NOSCRIPT by itself.
         self._reserve = redis_client.register_script(_RESERVE_LUA)
         self._clear_to_send = redis_client.register_script(_CLEAR_TO_SEND_LUA)
+        self._clear_held = redis_client.register_script(_CLEAR_HELD_LUA)
         self._pause = redis_client.register_script(_PAUSE_LUA)
         self._slow_down = redis_client.register_script(_SLOW_DOWN_LUA)
         self._speed_up = redis_client.register_script(_SPEED_UP_LUA)
@@ -195,6 +235,7 @@ class RateLimiter:
         max_wait_s: float,
         max_concurrent: int = 0,
         lease_s: float = 0.0,
+        lease_within_s: float | None = None,
     ) -> Reservation:
         """Reserve the domain's next slot if it comes within `max_wait_s`.
 
@@ -202,7 +243,9 @@ class RateLimiter:
         1/rate_per_s apart (times the backoff multiplier), and none before a pause ends. With
         `max_concurrent` > 0 a lease is taken too, refused (reason 'busy') when that many are
         held; it lasts the wait plus `lease_s`, or until `release`. With reserved=True the
-        caller sleeps `wait_s`, then fetches.
+        caller sleeps `wait_s`, then fetches. A slot more than `lease_within_s` away (when
+        given) is reserved without a lease: the caller holds its URL and takes the lease with
+        `clear_held` when the slot comes.
         """
         if rate_per_s <= 0 or burst < 1 or max_wait_s < 0 or max_concurrent < 0:
             raise ValueError(
@@ -218,6 +261,7 @@ class RateLimiter:
             max_concurrent,
             round(lease_s * 1_000_000),
             lease,
+            round((max_wait_s if lease_within_s is None else lease_within_s) * 1_000_000),
         ]
         # Domains are case-insensitive; one spelling must not get a second budget.
         domain = domain.lower()
@@ -230,11 +274,12 @@ class RateLimiter:
         ]
         with translate_redis_errors(self._client):
             reserved, wait_us, reason, multiplier, *cleared = self._reserve(keys=keys, args=args)
+        leased = bool(reserved) and (lease_within_s is None or int(wait_us) <= round(lease_within_s * 1e6))
         reservation = Reservation(
             wait_s=int(wait_us) / 1_000_000,
             reserved=bool(reserved),
             reason=_text(reason),
-            lease=lease if reserved else "",
+            lease=lease if leased else "",
             backoff=float(_text(multiplier)),
             cleared=bool(cleared and cleared[0]),
         )
@@ -256,6 +301,25 @@ class RateLimiter:
         with translate_redis_errors(self._client):
             cleared, wait_us, reason = self._clear_to_send(keys=keys, args=[round(spacing_s * 1_000_000)])
         return bool(cleared), int(wait_us) / 1_000_000, _text(reason)
+
+    def clear_held(
+        self, domain: str, spacing_s: float, max_concurrent: int = 0, lease_s: float = 0.0
+    ) -> tuple[bool, float, str, str]:
+        """`clear_to_send` for a slot reserved without a lease, taking the lease too (when
+        `max_concurrent` > 0): (cleared, seconds to wait, reason, lease). Refused while paused,
+        too soon after the previous request ('spacing'), or at the cap ('busy')."""
+        domain = domain.lower()
+        lease = uuid.uuid4().hex if max_concurrent else ""
+        keys = [self._keys.sent(domain), self._keys.pause(domain), self._keys.inflight(domain)]
+        args: list[int | str] = [
+            round(spacing_s * 1_000_000),
+            max_concurrent,
+            round(lease_s * 1_000_000),
+            lease,
+        ]
+        with translate_redis_errors(self._client):
+            cleared, wait_us, reason = self._clear_held(keys=keys, args=args)
+        return bool(cleared), int(wait_us) / 1_000_000, _text(reason), lease if cleared else ""
 
     def release(self, domain: str, lease: str) -> None:
         """Give a concurrency lease back before it expires.

@@ -15,8 +15,9 @@ from tests.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-# Slow enough per domain that URLs wait in-process and, past the short inline wait, are deferred.
-POLITE = {"RATE_LIMIT_RPS": "4", "MAX_INLINE_WAIT_S": "0.3", "FETCH_CONCURRENCY": "8"}
+# Slow enough per domain that URLs wait in-process and, past the short inline wait, are deferred
+# (MAX_HOLD_S=0: not held in the worker, which tests/e2e/test_held_urls.py covers).
+POLITE = {"RATE_LIMIT_RPS": "4", "MAX_INLINE_WAIT_S": "0.3", "MAX_HOLD_S": "0", "FETCH_CONCURRENCY": "8"}
 
 
 def test_rate_limit_waits_and_deferrals_move_and_are_not_retries(

@@ -143,7 +143,8 @@ def test_replaying_dead_letters_after_the_site_is_fixed_stores_them(
 
 
 def test_a_rate_limited_domain_loses_no_url(settings: Settings, demo_site: DemoSite, tmp_path: Path) -> None:
-    # A low rate and almost no in-process waiting: most URLs are deferred through the broker.
+    # A low rate and almost no inline waiting: most URLs are held in the workers, their slots
+    # reserved, while they wait.
     expected = demo_site.config.expected()
     code, output = crawl(
         settings, demo_site, "e2e-slow", tmp_path, workers=2, RATE_LIMIT_RPS="4", MAX_INLINE_WAIT_S="0.1"

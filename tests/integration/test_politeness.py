@@ -40,6 +40,7 @@ class CrawlReport:
     done: list[str] = field(default_factory=list)  # stored or skipped, then acked
     dead: list[str] = field(default_factory=list)
     deferred_or_retried: int = 0
+    held: int = 0
 
 
 class ThreadedCrawl:
@@ -77,6 +78,11 @@ class ThreadedCrawl:
     def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         url = CrawlTask.decode(delivery.body).url
         with self.lock:
+            if outcome.hold_s is not None:  # held in the worker, as the consumer would
+                held = dataclasses.replace(delivery, memo=outcome.memo)
+                self.push(time.monotonic() + outcome.hold_s, held)
+                self.report.held += 1
+                return
             if not outcome.publications:
                 self.report.done.append(url)
             for pub in outcome.publications:
@@ -130,6 +136,20 @@ def test_four_threads_keep_one_host_under_its_rate_and_near_it(polite: Settings)
     assert most_in_any_window(times, 1.0) <= rate
     first = min(times)
     assert len([t for t in times if t < first + run_s]) >= 0.9 * rate * run_s
+
+
+@pytest.mark.timeout(60)
+def test_urls_held_with_reserved_slots_keep_the_rate_without_the_broker(polite: Settings) -> None:
+    # A short inline wait and more threads than it covers: most URLs are held with a slot.
+    quick = dataclasses.replace(polite, max_inline_wait_s=0.5)
+    rate, run_s = 5, 6.0
+    with LoggedSite(pages_route) as site:
+        urls = [site.url(f"/p/{n}") for n in range(60)]
+        report = crawl_in_threads(quick, urls, threads=8, run_s=run_s)
+        times = [hit.at for hit in site.hits]
+    assert most_in_any_window(times, 1.0) <= rate
+    assert len([t for t in times if t < min(times) + run_s]) >= 0.9 * rate * run_s
+    assert report.held >= 20 and report.deferred_or_retried == 0
 
 
 @pytest.mark.timeout(60)

@@ -17,6 +17,7 @@ from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
     DomainPolicy,
+    HeldSlot,
     PolitenessConfig,
     Reservation,
     Throttled,
@@ -251,3 +252,71 @@ def test_a_request_sent_at_once_counts_no_wait_and_a_deferred_one_counts_its_sle
     after_waits, after_seconds = wait_metrics()
     assert after_waits - waits == 1
     assert after_seconds - seconds == pytest.approx(sum(fake.slept))
+
+
+# Held slots: a caller that can hold its URL gets a slot reserved up to MAX_HOLD_S ahead.
+
+
+def test_a_slot_beyond_the_inline_wait_is_reserved_and_handed_out_to_hold() -> None:
+    limiter = FakeLimiter(Reservation(12.0, True, backoff=2.0))
+    gate, fake = gate_with(limiter)
+    sent: list[str] = []
+    with pytest.raises(TryLater) as caught:
+        gate.call("A.example", lambda: sent.append("x"), may_hold=True)
+    assert caught.value.wait_s == 12.0
+    assert caught.value.slot == HeldSlot("a.example", 12.0, 2.0)
+    _, max_wait, _ = limiter.calls[0]
+    assert max_wait == SETTINGS.max_hold_s and sent == [] and fake.slept == []
+
+
+def test_a_slot_beyond_the_hold_horizon_comes_back_when_it_is_within_it() -> None:
+    gate, _ = gate_with(FakeLimiter(Reservation(1000.0, False, "rate")))
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: "x", may_hold=True)
+    horizon = SETTINGS.max_hold_s
+    assert (caught.value.wait_s, caught.value.slot) == (1000.0 - horizon, None)
+
+
+def test_a_slot_just_beyond_the_hold_horizon_is_not_asked_for_again_at_once() -> None:
+    gate, _ = gate_with(FakeLimiter(Reservation(SETTINGS.max_hold_s + 0.01, False, "rate")))
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: "x", may_hold=True)
+    assert caught.value.wait_s == SETTINGS.max_hold_s / 4
+
+
+def test_a_held_slot_is_sent_after_one_check_without_a_new_reservation() -> None:
+    limiter = FakeLimiter(Reservation(0.0, False, "unused"))
+    gate, fake = gate_with(limiter)
+    fake.now = 9.9  # the timer handed it back a little early
+    slot = HeldSlot("a.example", 10.0, 1.0)
+    assert gate.call("a.example", lambda: "sent", slot=slot) == "sent"
+    assert limiter.calls == [] and limiter.held_clears == [8]
+    assert fake.slept == [pytest.approx(0.1)] and limiter.released == ["held-lease"]
+
+
+def test_a_held_slot_too_close_behind_the_previous_request_waits_the_difference() -> None:
+    limiter = FakeLimiter(Reservation(0.0, False), clearances=[(False, 0.04, "spacing")])
+    gate, fake = gate_with(limiter)
+    assert gate.call("a.example", lambda: "sent", slot=HeldSlot("a.example", 0.0)) == "sent"
+    assert fake.slept == [0.04] and len(limiter.held_clears) == 2
+
+
+def test_a_held_slot_that_finds_the_domain_paused_or_busy_too_long_is_try_later() -> None:
+    paused = FakeLimiter(Reservation(0.0, False), clearances=[(False, 30.0, "paused")])
+    gate, _ = gate_with(paused)
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: "x", slot=HeldSlot("a.example", 0.0))
+    assert (caught.value.wait_s, caught.value.reason, caught.value.slot) == (30.0, "paused", None)
+    busy = FakeLimiter(Reservation(0.0, False), clearances=[(False, 0.0, "busy")] * 100)
+    gate, fake = gate_with(busy)
+    with pytest.raises(TryLater) as caught:
+        gate.call("a.example", lambda: "x", slot=HeldSlot("a.example", 0.0))
+    assert caught.value.reason == "busy" and sum(fake.slept) <= SETTINGS.max_inline_wait_s
+    assert busy.released == []
+
+
+def test_a_held_slot_for_another_domain_is_ignored() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True, cleared=True))
+    gate, _ = gate_with(limiter)
+    assert gate.call("b.example", lambda: "sent", slot=HeldSlot("a.example", 0.0)) == "sent"
+    assert len(limiter.calls) == 1 and limiter.held_clears == []

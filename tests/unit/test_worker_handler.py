@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,16 @@ from shared.messages import (
 from shared.settings import Settings
 from shared.topology import build_topology
 from tests.fakes import FakeLimiter, FakeRunStates, FakeTime
-from worker.handler import CrawlHandler
-from worker.politeness import RATE_HEADROOM, DomainGate, PolitenessConfig, Reservation, Throttled, TryLater
+from worker.handler import CrawlHandler, Waiting
+from worker.politeness import (
+    RATE_HEADROOM,
+    DomainGate,
+    HeldSlot,
+    PolitenessConfig,
+    Reservation,
+    Throttled,
+    TryLater,
+)
 from worker.profiles import load_profiles
 from worker.response import CacheEntry, Response
 from worker.robots import Robots, RobotsAnswer
@@ -36,6 +45,8 @@ pytestmark = pytest.mark.unit
 HTML = b"<html lang='en'><head><title>T</title></head><body><h1>H</h1><a href='/x'>x</a></body></html>"
 SETTINGS = Settings(crawl_namespace="ns", retry_delays_s=(0.5, 1.0), max_attempts=3, rate_limit_rps=2.0)
 ALLOW_ALL = RobotsAnswer(404, b"")
+# MAX_HOLD_S=0: every wait beyond the inline one goes through the broker.
+NO_HOLD = dataclasses.replace(SETTINGS, max_hold_s=0.0)
 
 
 class FakeFetch:
@@ -267,7 +278,7 @@ def test_busy_domain_defers_through_the_broker_without_charging_an_attempt() -> 
     limiter = FakeLimiter(
         Reservation(0.0, True), Reservation(4.0, False, "rate")
     )  # robots.txt, then the page
-    rig = make(FakeFetch([]), limiter=limiter)
+    rig = make(FakeFetch([]), limiter=limiter, settings=NO_HOLD)
     deferred, retried = deferrals("rate"), retries()
     exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
     # A defer queue, not a retry queue: nothing failed.
@@ -275,6 +286,50 @@ def test_busy_domain_defers_through_the_broker_without_charging_an_attempt() -> 
     assert headers[ATTEMPT_HEADER] == 1
     assert rig.fetch.urls == [] and rig.store.rows == [] and rig.time.slept == []
     assert (deferrals("rate") - deferred, retries() - retried) == (1, 0)
+
+
+def test_a_url_whose_slot_is_beyond_the_inline_wait_is_held_with_its_slot_then_sent() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True, backoff=1.5))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    held = rig.handler(delivery())
+    assert held.hold_s == 4.0 and held.ack is False and held.publications == ()
+    assert isinstance(held.memo, Waiting) and isinstance(held.memo.slot, HeldSlot)
+    assert held.memo.slot.domain == "a.test" and held.memo.slot.backoff == 1.5
+    assert rig.fetch.urls == [] and rig.time.slept == []
+    # Handed back when due: sent after one clear_held, no new reservation.
+    rig.time.now = held.memo.slot.due
+    reservations = len(limiter.rates)
+    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert rig.fetch.urls == ["http://a.test/p"] and len(limiter.rates) == reservations
+    assert limiter.released == ["held-lease"] and limiter.sped_up == 1
+
+
+def test_a_url_refused_within_the_hold_horizon_is_held_without_a_slot() -> None:
+    horizon = SETTINGS.max_hold_s
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(horizon + 100.0, False, "rate"))
+    rig = make(FakeFetch([]), limiter=limiter)
+    held = rig.handler(delivery())
+    # Back when its slot is within the hold horizon, to reserve it then.
+    assert held.hold_s == pytest.approx(100.0)
+    assert isinstance(held.memo, Waiting) and held.memo.slot is None
+    assert held.publications == ()
+
+
+def test_a_wait_beyond_the_hold_horizon_still_goes_through_a_defer_queue() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(3 * SETTINGS.max_hold_s, False, "paused"))
+    rig = make(FakeFetch([]), limiter=limiter)
+    exchange, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
+    assert (exchange, routing_key, headers[ATTEMPT_HEADER]) == ("ns.defer", "d30000.bulk", 1)
+
+
+def test_a_url_held_for_twice_the_horizon_in_all_goes_through_a_defer_queue() -> None:
+    horizon = SETTINGS.max_hold_s
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(horizon + 100.0, False, "rate"))
+    rig = make(FakeFetch([]), limiter=limiter)
+    # Held since 1.9 horizons ago: another 100 s would pass twice the horizon.
+    long_held = Waiting(time.monotonic() - 1.9 * horizon)
+    exchange, _, _ = only_publication(rig.handler(dataclasses.replace(delivery(), memo=long_held)))
+    assert exchange == "ns.defer"
 
 
 def deferrals(reason: str) -> float:
@@ -399,7 +454,7 @@ def test_503_without_retry_after_slows_the_domain_down() -> None:
 
 def test_a_pause_set_while_waiting_defers_instead_of_fetching() -> None:
     limiter = FakeLimiter(Reservation(0.5, True, lease="L"))
-    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    rig = make(FakeFetch([ok_response()]), limiter=limiter, settings=NO_HOLD)
     rig.handler.robots.rules_for("http://a.test/", rig.fetch.robots_txt)  # robots.txt known already
     limiter.paused = 3.0  # another worker's 429, while this one sleeps towards its slot
     _, routing_key, headers = only_publication(rig.handler(delivery()))
@@ -409,7 +464,9 @@ def test_a_pause_set_while_waiting_defers_instead_of_fetching() -> None:
 
 def test_full_concurrency_waits_briefly_then_defers() -> None:
     busy = Reservation(0.0, False, "busy")
-    rig = make(FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.0, True), busy))
+    rig = make(
+        FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.0, True), busy), settings=NO_HOLD
+    )
     _, routing_key, headers = only_publication(rig.handler(delivery()))
     assert routing_key == "d1000.bulk" and headers[ATTEMPT_HEADER] == 0
     assert sum(rig.time.slept) == pytest.approx(SETTINGS.max_inline_wait_s)
@@ -424,7 +481,7 @@ def test_a_lease_is_released_after_the_fetch_and_backoff_decays_on_success() -> 
 
 
 def test_benched_proxies_defer_without_charging_an_attempt() -> None:
-    rig = make(FakeFetch([TryLater(7.0, "proxies_benched")]))
+    rig = make(FakeFetch([TryLater(7.0, "proxies_benched")]), settings=NO_HOLD)
     _, routing_key, headers = only_publication(rig.handler(delivery(attempt=1)))
     assert routing_key == "d30000.bulk" and headers[ATTEMPT_HEADER] == 1
 
@@ -538,9 +595,11 @@ class FakeHandled:
         self.urls = set(urls)
         self.broken = broken
         self.checked: list[tuple[str, str, bool]] = []  # (url, kind, from_producer) of each check
+        self.counted: list[bool] = []  # `counted` of each check: True for a URL back from a hold
 
-    def already_handled(self, task: CrawlTask, kind: str, from_producer: bool) -> bool:
+    def already_handled(self, task: CrawlTask, kind: str, from_producer: bool, counted: bool = False) -> bool:
         self.checked.append((task.url, kind, from_producer))
+        self.counted.append(counted)
         return task.url in self.urls
 
     def mark_later(self, task: CrawlTask) -> None:
@@ -633,3 +692,20 @@ def test_every_skip_reason_given_is_listed_for_its_metric_series() -> None:
     }
     assert given
     assert given <= set(handler.SKIP_REASONS)
+
+
+def test_a_url_back_from_a_hold_is_checked_again_but_not_counted_a_second_time() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    rig.handler.handled = handled = FakeHandled()
+    arrived = Delivery(
+        "ns.bulk", CrawlTask(url="http://a.test/p", run_id="r1", queue="bulk").encode(), {}, False
+    )
+    held = rig.handler(arrived)
+    assert held.hold_s == 4.0 and isinstance(held.memo, Waiting) and held.memo.slot is not None
+    rig.time.now = held.memo.slot.due
+    assert settled(rig.handler(dataclasses.replace(arrived, memo=held.memo))) == Outcome.done()
+    # One delivery, one count: the second check only asks whether another copy settled the URL.
+    assert handled.checked == [("http://a.test/p", "copy", True)] * 2
+    assert handled.counted == [False, True]
+    assert rig.fetch.urls == ["http://a.test/p"]

@@ -1,0 +1,302 @@
+"""python -m bench.politeness_cost: what waiting for a polite slot costs the machine.
+
+Crawls --pages pages of one loopback host at --rate requests/s with --workers `python -m worker`
+processes (each with FETCH_CONCURRENCY fetches in flight, as `make crawl` starts them), until
+every page is stored, then prints per run:
+
+    wall time, requests/s and the most requests in any 1-s window of the site's own log;
+    CPU-seconds a page: the workers + the producer + RabbitMQ (beam) + Redis + PostgreSQL
+      (the services are shared, so their share is noisy; ours is exact);
+    broker publishes a page: the producer's one per URL plus every deferral and retry the
+      workers counted (their metrics), so 1.0 is each URL published once and never deferred;
+      deliveries a page: messages the workers took from the broker, redeliveries included;
+    one idle-waiting worker's CPU: a worker whose every prefetched URL waits for a slot
+      (--idle-rate), over --idle-window seconds.
+
+Run with `--rate 0` for the unbound crawl to compare with (RATE_LIMIT_RPS=1000). Every run uses
+fresh names and removes its queues, keys and schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from psycopg import sql
+
+from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
+from bench.site import LoggedSite, most_in_any_window, pages_route
+from shared import db
+from shared.settings import Settings
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+SERVICE_NAMES = ("beam.smp", "redis-server", "postgres")
+UNBOUND_RPS = 1000.0
+DONE_TIMEOUT_S = 900.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.politeness_cost", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--workers", default="3,12", help="comma-separated worker counts (default 3,12)")
+    parser.add_argument("--pages", type=int, default=200, help="pages of the one host (default 200)")
+    parser.add_argument("--rate", type=float, default=2.0, help="RATE_LIMIT_RPS; 0 = unbound (default 2)")
+    parser.add_argument(
+        "--idle-rate", type=float, default=0.05, help="rate for the idle-worker run (0 = skip)"
+    )
+    parser.add_argument("--idle-window", type=float, default=20.0, help="seconds the idle worker is measured")
+    parser.add_argument("--log-dir", default="", help="keep the processes' logs here (default: a temp dir)")
+    args = parser.parse_args(argv)
+    args.worker_counts = [int(n) for n in args.workers.split(",") if n.strip()]
+    if args.pages < 1 or args.rate < 0 or not args.worker_counts or min(args.worker_counts) < 1:
+        parser.error("need --pages >= 1, --rate >= 0 and worker counts >= 1")
+    return args
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of one process, or 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def services_cpu_s() -> float:
+    """CPU time of every RabbitMQ, Redis and PostgreSQL process now running."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if comm in SERVICE_NAMES:
+            total += cpu_s(int(entry.name))
+    return total
+
+
+@dataclass
+class Result:
+    label: str
+    wall_s: float
+    requests: int
+    worst_window: int
+    ours_cpu_s: float
+    services_cpu_s: float
+    publishes: int
+    deferrals: int
+    deliveries: int
+
+    def row(self, pages: int) -> str:
+        ours_ms, machine_ms = (
+            1000 * self.ours_cpu_s / pages,
+            1000 * (self.ours_cpu_s + self.services_cpu_s) / pages,
+        )
+        return (
+            f"{self.label:<18} {self.wall_s:>7.1f} {self.requests / self.wall_s:>6.2f} "
+            f"{self.worst_window:>6} "
+            f"{ours_ms:>9.1f} {machine_ms:>10.1f} {self.publishes / pages:>9.2f} "
+            f"{self.deliveries / pages:>9.2f} {self.deferrals:>7}"
+        )
+
+
+HEADER = (
+    f"{'run':<18} {'wall s':>7} {'req/s':>6} {'max/1s':>6} {'ours ms/p':>9} {'machine ms/p':>10} "
+    f"{'publ/page':>9} {'deliv/page':>9} {'deferred':>7}"
+)
+
+
+def start_workers(
+    env: dict[str, str], ports: list[int], log_dir: Path, tag: str
+) -> list[subprocess.Popen[bytes]]:
+    db.ensure_schema(Settings.from_env(env))  # once, before workers that start together race to make it
+    workers = []
+    for i, port in enumerate(ports):
+        log = (log_dir / f"{tag}-worker-{i + 1}.log").open("wb")
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "worker"],
+                env={**env, "METRICS_PORT": str(port)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    return workers
+
+
+def stop(workers: list[subprocess.Popen[bytes]]) -> None:
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+def produce(env: dict[str, str], site: LoggedSite, pages: int, path: Path, run_id: str) -> float:
+    """Enqueue the pages with the producer; its CPU-seconds."""
+    path.write_text("".join(f"{site.url(f'/p/{n}')}\n" for n in range(pages)), encoding="utf-8")
+    before = os.times()
+    done = subprocess.run(
+        [sys.executable, "-m", "producer", "--urls", str(path), "--run-id", run_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    after = os.times()
+    if done.returncode != 0:
+        raise SystemExit(f"producer failed: {done.stderr.strip()[-2000:]}")
+    return (after.children_user - before.children_user) + (after.children_system - before.children_system)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(ports: list[int]) -> dict[str, float]:
+    """The workers' counters, summed over labels and workers."""
+    totals: dict[str, float] = {}
+    for port in ports:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        for line in text.splitlines():
+            name = line.partition("{")[0] if "{" in line else line.partition(" ")[0]
+            if line.startswith("#") or not name.endswith("_total"):
+                continue
+            totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def stored(settings: Settings) -> int:
+    with db.connect(settings, autocommit=True) as conn:
+        query = sql.SQL("SELECT count(*) FROM {}.pages").format(sql.Identifier(settings.pg_schema))
+        row: tuple[int] | None = conn.execute(query).fetchone()  # type: ignore[assignment]
+    return int(row[0]) if row else 0
+
+
+def wait_until_stored(settings: Settings, pages: int) -> None:
+    deadline = time.monotonic() + DONE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if stored(settings) >= pages:
+            return
+        time.sleep(0.5)
+    raise SystemExit("the crawl did not finish within 15 minutes")
+
+
+def env_for(name: str, rate: float) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CRAWL_NAMESPACE": name,
+        "REDIS_PREFIX": name,
+        "PG_SCHEMA": name,
+        "RATE_LIMIT_RPS": str(rate),
+        "FETCH_ALLOWLIST": "127.0.0.1/32",  # the site is on loopback, which fetches refuse by default
+        "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+    }
+
+
+def crawl(workers_n: int, rate: float, pages: int, log_dir: Path) -> Result:
+    name = f"bench{secrets.token_hex(4)}"
+    env = env_for(name, rate or UNBOUND_RPS)
+    settings = Settings.from_env(env)
+    tag = f"{workers_n}w-{rate:g}rps"
+    with LoggedSite(pages_route, ["127.0.0.1"]) as site:
+        ports = [free_port() for _ in range(workers_n)]
+        workers = start_workers(env, ports, log_dir, tag)
+        try:
+            wait_for_consumers(settings, workers)
+            services_before = services_cpu_s()
+            workers_before = sum(cpu_s(w.pid) for w in workers)  # starting up is not crawling
+            producer_cpu = produce(env, site, pages, log_dir / f"{tag}-urls.txt", name)
+            first = wait_for_first_hit(site, workers)
+            wait_until_stored(settings, pages)
+            ended = time.monotonic()
+            workers_cpu = sum(cpu_s(w.pid) for w in workers) - workers_before
+            services = services_cpu_s() - services_before
+            counters = scrape(ports)
+        finally:
+            stop(workers)
+        hits = site.hits
+    cleanup(settings)
+    times = sorted(hit.at for hit in hits)
+    with (log_dir / f"{tag}-site-hits.jsonl").open("w", encoding="utf-8") as out:
+        for hit in hits:
+            out.write(json.dumps({"at": hit.at, "path": hit.path}) + "\n")
+    return Result(
+        label=f"{workers_n} workers, {'unbound' if not rate else f'{rate:g}/s'}",
+        wall_s=ended - first,
+        requests=len(times),
+        worst_window=most_in_any_window(times, 1.0),
+        ours_cpu_s=workers_cpu + producer_cpu,
+        services_cpu_s=services,
+        publishes=pages + int(sum(counters.get(f"crawl_{n}_total", 0) for n in ("deferrals", "retries"))),
+        deferrals=int(counters.get("crawl_deferrals_total", 0)),
+        deliveries=int(counters.get("crawl_messages_consumed_total", 0)),
+    )
+
+
+def idle_worker_cpu(rate: float, window_s: float, log_dir: Path) -> float:
+    """Percent of a core used by one worker whose every prefetched URL waits for its slot."""
+    name = f"bench{secrets.token_hex(4)}"
+    env = env_for(name, rate)
+    settings = Settings.from_env(env)
+    with LoggedSite(pages_route, ["127.0.0.1"]) as site:
+        workers = start_workers(env, [free_port()], log_dir, "idle")
+        try:
+            wait_for_consumers(settings, workers)
+            produce(env, site, 40, log_dir / "idle-urls.txt", name)
+            wait_for_first_hit(site, workers)
+            time.sleep(3.0)  # the robots.txt and the first page behind it
+            before, started = cpu_s(workers[0].pid), time.monotonic()
+            time.sleep(window_s)
+            used = cpu_s(workers[0].pid) - before
+            elapsed = time.monotonic() - started
+        finally:
+            stop(workers)
+    cleanup(settings)
+    return 100 * used / elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="politeness-cost-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for count in args.worker_counts:
+        result = crawl(count, args.rate, args.pages, log_dir)
+        results.append(result)
+        print(f"{HEADER}\n{result.row(args.pages)}", file=sys.stderr)
+    print(f"\n{args.pages} pages of one host; CPU in ms a page; logs in {log_dir}")
+    print(HEADER)
+    for result in results:
+        print(result.row(args.pages))
+    if args.idle_rate > 0:
+        idle = idle_worker_cpu(args.idle_rate, args.idle_window, log_dir)
+        print(f"\nidle-waiting worker (1 worker, rate {args.idle_rate:g}/s): {idle:.2f} % of a core")
+    bound = math.floor(args.rate) if args.rate else None
+    print(json.dumps({"bound_per_1s": bound, "results": [r.__dict__ for r in results]}))
+    return 0 if bound is None or all(r.worst_window <= bound for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

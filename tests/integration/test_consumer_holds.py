@@ -1,0 +1,67 @@
+"""Outcome.hold against the real broker: the message stays unacked in the process, comes back to
+a handler with its memo, frees the handler thread meanwhile, and goes back to the queue when the
+consumer stops."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from shared.consumer import Delivery, Outcome, Subscription
+from shared.settings import Settings
+from shared.topology import work_queue
+from tests.integration.test_consumer import consume_in_thread, depth, publish_tasks, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_held_message_comes_back_with_its_memo_and_does_not_block_its_thread(settings: Settings) -> None:
+    queue = work_queue(settings.crawl_namespace, "bulk")
+    publish_tasks(settings, "bulk", [b"held", b"quick"])
+    calls: list[tuple[bytes, object, float]] = []
+    lock = threading.Lock()
+
+    def handler(delivery: Delivery) -> Outcome:
+        with lock:
+            calls.append((delivery.body, delivery.memo, time.monotonic()))
+        if delivery.body == b"held" and delivery.memo is None:
+            return Outcome.hold(1.0, memo="slot 7")
+        return Outcome.done()
+
+    # One handler thread: "quick" can only be handled while "held" waits if the thread is free.
+    stop, thread = consume_in_thread(settings, [Subscription(queue)], handler, concurrency=1)
+    try:
+        wait_for(lambda: len(calls) == 3)
+        wait_for(lambda: depth(settings, queue) == 0)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert [(body, memo) for body, memo, _ in calls] == [
+        (b"held", None),
+        (b"quick", None),
+        (b"held", "slot 7"),
+    ]
+    assert calls[2][2] - calls[0][2] >= 0.95
+    assert depth(settings, queue) == 0  # both acked, nothing given back
+
+
+def test_a_stopping_consumer_gives_its_held_messages_back_to_the_queue(settings: Settings) -> None:
+    queue = work_queue(settings.crawl_namespace, "bulk")
+    publish_tasks(settings, "bulk", [f"m{i}".encode() for i in range(3)])
+    held: list[bytes] = []
+    lock = threading.Lock()
+
+    def handler(delivery: Delivery) -> Outcome:
+        with lock:
+            held.append(delivery.body)
+        return Outcome.hold(600.0)  # far longer than the test
+
+    stop, thread = consume_in_thread(settings, [Subscription(queue)], handler, concurrency=2)
+    wait_for(lambda: len(held) == 3)
+    started = time.monotonic()
+    stop.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and time.monotonic() - started < 10
+    assert depth(settings, queue) == 3
