@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -28,7 +29,7 @@ import pika.exceptions
 import pika.spec
 
 from producer.publish_frames import PublishFrames
-from shared.broker import Publication, unavailable
+from shared.broker import NodeOrder, Publication, connection_parameters, unavailable
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,11 +90,16 @@ class ConfirmingPublisher:
     """Publishes batches of Publications over one connection, reconnecting when it was lost."""
 
     def __init__(
-        self, settings: Settings, name: str = "producer", confirm_timeout_s: float = CONFIRM_TIMEOUT_S
+        self,
+        settings: Settings,
+        name: str = "producer",
+        confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
+        node_order: NodeOrder = random.shuffle,
     ) -> None:
         self._settings = settings
         self._name = name
         self._confirm_timeout_s = confirm_timeout_s
+        self._node_order = node_order
         self._link: _Link | None = None
 
     def start(self) -> None:
@@ -130,7 +136,7 @@ class ConfirmingPublisher:
             self._link.stop()
             self._link = None
         if self._link is None:
-            self._link = _Link(self._settings, self._name)
+            self._link = _Link(self._settings, self._name, self._node_order)
             self._link.start()
         return self._link
 
@@ -175,17 +181,16 @@ class _BatchWritingConnection(pika.SelectConnection):  # type: ignore[misc]
 class _Link:
     """One SelectConnection, its confirm-mode channel and its I/O thread."""
 
-    def __init__(self, settings: Settings, name: str) -> None:
+    def __init__(self, settings: Settings, name: str, node_order: NodeOrder) -> None:
         self._settings = settings
-        self._params = pika.URLParameters(settings.amqp_url)
-        self._params.heartbeat = settings.heartbeat_s
-        self._params.blocked_connection_timeout = 60
-        self._params.client_properties = {"connection_name": name}
+        # Every node AMQP_URL names, shuffled: the first that answers carries the link.
+        self._candidates = connection_parameters(settings, name, node_order)
         self._connection: Any = None
         self._channel: Any = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{name}-amqp", daemon=True)
         self._open_error: BaseException | None = None
+        self._opened = False
         self.close_reason: str = ""
         self.usable = False
         # Owned by the I/O thread: delivery tag -> (batch, index in batch, what was published).
@@ -227,24 +232,32 @@ class _Link:
     # -- I/O thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        for params in self._candidates:
+            self._open_error = None
+            if self._run_one(params) or self._open_error is None:
+                break  # it opened (and has since closed), or failed in a way another node won't fix
+        self.usable = False
+        self._ready.set()
+
+    def _run_one(self, params: pika.URLParameters) -> bool:
+        """Connect to one node and run the I/O loop until the connection ends; True if it opened."""
         try:
             self._connection = _BatchWritingConnection(
-                self._params,
+                params,
                 on_open_callback=self._on_connection_open,
                 on_open_error_callback=self._on_open_error,
                 on_close_callback=self._on_connection_closed,
             )
         except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
             self._open_error = exc
-            self._ready.set()
-            return
+            return False
         try:
             self._connection.ioloop.start()
         finally:
             self.usable = False
             self._fail_all_pending()
-            self._ready.set()
             self._connection.ioloop.close()  # frees the loop's wake-up sockets
+        return self._opened
 
     def _on_connection_open(self, connection: Any) -> None:
         connection.channel(on_open_callback=self._on_channel_open)
@@ -265,6 +278,7 @@ class _Link:
         channel.confirm_delivery(ack_nack_callback=self._on_confirm, callback=self._on_confirm_mode)
 
     def _on_confirm_mode(self, _frame: Any) -> None:
+        self._opened = True
         self.usable = True
         self._ready.set()
 
