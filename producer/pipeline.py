@@ -110,6 +110,10 @@ class Counts:
     taken_over: int = 0  # claims of a dead producer taken over, to be published again
     republished: int = 0  # of those, published: the broker may hold an earlier copy of each
     left_claimed: int = 0  # stopped while another producer, alive, still held these URLs
+    # What a broker outage cost in confirms: publishes that went unconfirmed (and were sent again),
+    # and the longest the producer waited on one batch, its re-publishing included.
+    unconfirmed: int = 0
+    confirm_wait_max_s: float = 0.0
 
     @property
     def enqueued_total(self) -> int:
@@ -398,8 +402,10 @@ class Pipeline:
         return queue, publication
 
     def _complete(self, item: _InFlight) -> None:
+        waiting_since = self._clock()
         outcomes = item.outcomes.wait()
         failed = [i for i, ok in enumerate(outcomes) if not ok]
+        self.counts.unconfirmed += len(failed)
         for attempt in range(2, PUBLISH_ATTEMPTS + 1):
             if not failed:
                 break
@@ -416,6 +422,8 @@ class Pipeline:
                 log.error("cannot retry publishes: %s", exc)
                 break
             failed = [i for i, ok in zip(failed, retried, strict=True) if not ok]
+        waited_s = self._clock() - waiting_since
+        self.counts.confirm_wait_max_s = max(self.counts.confirm_wait_max_s, waited_s)
         self._settle(item, set(failed))
 
     def _settle(self, item: _InFlight, failed: set[int]) -> None:
