@@ -13,7 +13,8 @@ and the clock are injected.
 When RabbitMQ or Redis goes away (a restart, a lost connection), nothing is given up at once:
 each call that needs them is tried again with a growing pause for up to `patience_s`, and
 batches that were not confirmed are published again on the new connection. Only a refusal by
-the broker (a nack, an unroutable message) uses up one of the PUBLISH_ATTEMPTS. A stop request
+the broker (a nack, an unroutable message) uses up one of the PUBLISH_ATTEMPTS, a growing pause
+apart: a cluster without a majority nacks until it has one again. A stop request
 (`should_stop`) ends reading between two URLs; what is in flight is still settled.
 
 A claim can also be taken over from a producer that died (published again, counted as
@@ -48,7 +49,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-PUBLISH_ATTEMPTS = 3  # the first try and two retries
+# The first try and seven retries, the pause doubling from RETRY_PAUSE_S up to
+# MAX_RECONNECT_PAUSE_S: about a minute. A quorum queue that has lost its majority (two nodes of
+# three down) nacks every publish until a majority is back, which takes a node's restart; three
+# attempts a second apart ran out within 4 s (docs/SCALING.md, "RabbitMQ cluster").
+PUBLISH_ATTEMPTS = 8
 RETRY_PAUSE_S = 1.0
 # How long to wait for an unreachable RabbitMQ or Redis before giving up. The claims stay ours
 # meanwhile as long as the heartbeat reaches Redis (producer/liveness.py).
@@ -412,7 +417,7 @@ class Pipeline:
             log.warning(
                 "%d publishes not confirmed: attempt %d of %d", len(failed), attempt, PUBLISH_ATTEMPTS
             )
-            self._sleep(RETRY_PAUSE_S)
+            self._sleep(min(RETRY_PAUSE_S * 2 ** (attempt - 2), MAX_RECONNECT_PAUSE_S))
             again = [item.publications[i] for i in failed]
             try:
                 retried = self._patiently(
