@@ -5,14 +5,17 @@ the cluster up first and takes it down after."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from ops.teardown import remove_pipeline
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
-from tests.faults.conftest import FAULT_ENV, fleet, pytest_terminal_summary, report, site, size
+from tests.faults.conftest import FAULT_ENV, FIGURES_DIR, fleet, pytest_terminal_summary, report, site, size
 from tests.faults_cluster.cluster import cluster_url
 
 __all__ = ["fleet", "pytest_terminal_summary", "report", "site", "size"]
@@ -36,3 +39,13 @@ def env(settings: Settings) -> Callable[..., dict[str, str]]:
         return service_env(settings, **{**FAULT_ENV, **cluster, **overrides})
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def logs_kept(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each scenario's service logs, kept in var/faults/cluster-logs whatever the outcome: the
+    timeline of an outage is read from them, and pytest's own temporary directories rotate."""
+    yield
+    if any(tmp_path.glob("logs-*")):
+        kept = FIGURES_DIR / "cluster-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{request.node.name}"
+        shutil.copytree(tmp_path, kept, dirs_exist_ok=True)

@@ -7,7 +7,6 @@ exactly once; the figures are each consumer's reconnect times and the producer's
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ import pytest
 
 from shared.settings import Settings
 from shared.topology import work_queue
-from tests.faults.conftest import FIGURES_DIR, Size
+from tests.faults.conftest import Size
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import wait_for_ledger, wait_for_progress
 from tests.faults.site import FaultSite, SiteShape
@@ -31,7 +30,6 @@ ONE_DOWN_S = 3.0  # the leader alone is down: the queues elect another and go on
 TWO_DOWN_S = 5.0  # no majority: the quorum queues stand still
 LOST = "lost RabbitMQ"
 RECONNECTED = "reconnected to RabbitMQ"
-LOGS_KEPT = FIGURES_DIR / "cluster-logs"  # each run's service logs, to read the timeline again
 
 
 def test_losing_two_of_three_nodes_mid_crawl_loses_and_duplicates_nothing(
@@ -96,7 +94,6 @@ def test_losing_two_of_three_nodes_mid_crawl_loses_and_duplicates_nothing(
         producer_elapsed_s=summary["elapsed_s"],
         outage_from_start_s=round(began - started, 1),
     )
-    shutil.copytree(procs.log_dir, LOGS_KEPT / time.strftime("%Y%m%d-%H%M%S"), dirs_exist_ok=True)
     assert summary["enqueued_total"] == size.urls and summary["publish_failed"] == 0
     assert ledger.lost == [], f"{len(ledger.lost)} lost, e.g. {ledger.lost[:5]}"
     assert ledger.duplicated == [], ledger.duplicated[:5]
