@@ -22,7 +22,13 @@ node_name() { echo "crawl$1@localhost"; }
 
 ctl() {  # ctl N args...: rabbitmqctl against node N, with the cluster's own cookie
   local n=$1; shift
+  # No cookie: the cluster was never started (or is gone); the CLI would only crash creating one.
+  if [ ! -s "$RUNTIME_DIR/.erlang.cookie" ]; then
+    echo "no cluster under $RUNTIME_DIR" >&2
+    return 1
+  fi
   HOME="$RUNTIME_DIR" RABBITMQ_CONF_ENV_FILE="$RUNTIME_DIR/rabbitmq-env.conf" \
+  ERL_CRASH_DUMP="$RUNTIME_DIR/erl_crash.dump" \
     "$RABBITMQ_BIN/rabbitmqctl" -n "$(node_name "$n")" "$@"
 }
 
@@ -67,8 +73,7 @@ start_node() {
   RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1} +S 1:1 +A 8" \
     nohup "$RABBITMQ_BIN/rabbitmq-server" > "$dir/log/stdout.log" 2>&1 &
   # wait: the node answers once its boot finished (or fails, and its log says why)
-  if ! HOME="$RUNTIME_DIR" timeout "$START_TIMEOUT_S" "$RABBITMQ_BIN/rabbitmqctl" -n "$(node_name "$n")" \
-      wait --timeout "$START_TIMEOUT_S" "$dir/rabbitmq.pid" >/dev/null 2>&1; then
+  if ! ctl "$n" wait --timeout "$START_TIMEOUT_S" "$dir/rabbitmq.pid" >/dev/null 2>&1; then
     echo "node $(node_name "$n") did not start; see $dir/log" >&2
     return 1
   fi
