@@ -11,7 +11,8 @@ FAULTS_SIZE ?= small
 RECRAWL_OF ?=
 
 .PHONY: all install demo crawl test test-latest unit integration e2e faults bench lint typecheck up down \
-	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer
+	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
+	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status faults-cluster
 
 all: lint typecheck test
 
@@ -66,6 +67,25 @@ e2e: install
 faults: install
 	$(PY) -m tests.prepare
 	FAULTS_SIZE=$(FAULTS_SIZE) $(PY) -m pytest -m faults tests/faults
+
+# Three RabbitMQ nodes clustered on this machine, on loopback ports of their own (AMQP 5681-5683),
+# beside any RabbitMQ already running (docs/SCALING.md, "RabbitMQ cluster"). `down` deletes them.
+rabbitmq-cluster-up:
+	deploy/local/rabbitmq-cluster.sh up
+
+rabbitmq-cluster-down:
+	deploy/local/rabbitmq-cluster.sh down
+
+rabbitmq-cluster-status:
+	deploy/local/rabbitmq-cluster.sh status
+
+# The cluster's own scenarios: quorum queues spread over the three nodes, and a crawl that loses
+# two of them mid-run. Brings the cluster up, runs them, and takes it down whatever the outcome.
+faults-cluster: install
+	deploy/local/rabbitmq-cluster.sh up
+	CLUSTER_AMQP_URL="$$(deploy/local/rabbitmq-cluster.sh url)" FAULTS_SIZE=$(FAULTS_SIZE) \
+		$(PY) -m pytest -m cluster tests/faults_cluster; status=$$?; \
+		deploy/local/rabbitmq-cluster.sh down; exit $$status
 
 # Our pipeline beside Scrapy on the same local sites, in one run; prints one table
 # (docs/PERFORMANCE.md). Takes about 15 minutes; needs a quiet machine.

@@ -10,7 +10,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import requests
 
-from shared.settings import Settings
+from shared.settings import Settings, amqp_urls
 
 MANAGEMENT_TIMEOUT_S = (1.0, 3.0)  # connect, read: callers must answer fast even if the API hangs
 QUEUE_COLUMNS = "name,messages_ready,messages_unacknowledged,consumers"
@@ -19,8 +19,9 @@ HttpGet = Callable[[str], Any]  # URL → decoded JSON, or raises requests.Reque
 
 
 def amqp_part(settings: Settings, part: str) -> str:
-    """User, password or vhost of AMQP_URL, with the AMQP defaults (guest, guest, '/')."""
-    url = urlsplit(settings.amqp_url)
+    """User, password or vhost of AMQP_URL (of its first node, if it names several), with the
+    AMQP defaults (guest, guest, '/')."""
+    url = urlsplit(amqp_urls(settings.amqp_url)[0])
     if part == "vhost":
         return unquote(url.path[1:]) if len(url.path) > 1 else "/"
     value = url.username if part == "user" else url.password

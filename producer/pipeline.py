@@ -13,7 +13,8 @@ and the clock are injected.
 When RabbitMQ or Redis goes away (a restart, a lost connection), nothing is given up at once:
 each call that needs them is tried again with a growing pause for up to `patience_s`, and
 batches that were not confirmed are published again on the new connection. Only a refusal by
-the broker (a nack, an unroutable message) uses up one of the PUBLISH_ATTEMPTS. A stop request
+the broker (a nack, an unroutable message) uses up one of the PUBLISH_ATTEMPTS, a growing pause
+apart: a cluster without a majority nacks until it has one again. A stop request
 (`should_stop`) ends reading between two URLs; what is in flight is still settled.
 
 A claim can also be taken over from a producer that died (published again, counted as
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_fixed
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
 from producer.background import Background
 from producer.recrawl import is_due
@@ -50,7 +51,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-PUBLISH_ATTEMPTS = 3  # the first try and two retries
+# The first try and seven retries, the pause doubling from RETRY_PAUSE_S up to
+# MAX_RECONNECT_PAUSE_S: about a minute. A quorum queue that has lost its majority (two nodes of
+# three down) nacks every publish until a majority is back, which takes a node's restart; three
+# attempts a second apart ran out within 4 s (docs/SCALING.md, "RabbitMQ cluster").
+PUBLISH_ATTEMPTS = 8
 RETRY_PAUSE_S = 1.0
 # How long to wait for an unreachable RabbitMQ or Redis before giving up. The claims stay ours
 # meanwhile as long as the heartbeat reaches Redis (producer/liveness.py).
@@ -112,6 +117,10 @@ class Counts:
     taken_over: int = 0  # claims of a dead producer taken over, to be published again
     republished: int = 0  # of those, published: the broker may hold an earlier copy of each
     left_claimed: int = 0  # stopped while another producer, alive, still held these URLs
+    # What a broker outage cost in confirms: publishes that went unconfirmed (and were sent again),
+    # and the longest the producer waited on one batch, its re-publishing included.
+    unconfirmed: int = 0
+    confirm_wait_max_s: float = 0.0
 
     @property
     def enqueued_total(self) -> int:
@@ -400,7 +409,9 @@ class Pipeline:
         return queue, publication
 
     def _complete(self, item: _InFlight) -> None:
+        waiting_since = self._clock()
         failed = [i for i, ok in enumerate(item.outcomes.wait()) if not ok]
+        self.counts.unconfirmed += len(failed)
         try:
             for attempt in self._publish_attempts():
                 with attempt:
@@ -411,6 +422,8 @@ class Pipeline:
                     attempt.retry_state.set_result(failed)  # what decides whether to try again
         except ServiceUnavailable as exc:
             log.error("cannot retry publishes: %s", exc)
+        waited_s = self._clock() - waiting_since
+        self.counts.confirm_wait_max_s = max(self.counts.confirm_wait_max_s, waited_s)
         self._settle(item, set(failed))
 
     def _publish_again(self, item: _InFlight, failed: list[int]) -> list[int]:
@@ -420,8 +433,9 @@ class Pipeline:
         return [i for i, ok in zip(failed, retried, strict=True) if not ok]
 
     def _publish_attempts(self) -> Retrying:
-        """Up to PUBLISH_ATTEMPTS tries, RETRY_PAUSE_S apart, while some publishes of a batch are
-        not confirmed (each try's result: the indexes of those); then the rest are given up."""
+        """Up to PUBLISH_ATTEMPTS tries, the pause doubling from RETRY_PAUSE_S, while some
+        publishes of a batch are not confirmed (each try's result: the indexes of those); then the
+        rest are given up."""
 
         def before_retry(state: RetryCallState) -> None:
             assert state.outcome is not None
@@ -434,7 +448,7 @@ class Pipeline:
         return Retrying(
             retry=retry_if_result(bool),
             stop=stop_after_attempt(PUBLISH_ATTEMPTS),
-            wait=wait_fixed(RETRY_PAUSE_S),
+            wait=wait_exponential(multiplier=RETRY_PAUSE_S, max=MAX_RECONNECT_PAUSE_S),
             sleep=retrying.sleeping_with(self._sleep),
             before_sleep=before_retry,
             retry_error_callback=lambda _state: None,  # what is still unconfirmed is settled as failed

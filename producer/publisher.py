@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ import pika.exceptions
 import pika.spec
 
 from producer.publish_frames import PublishFrames
-from shared.broker import Publication, unavailable
+from shared.broker import NodeOrder, Publication, connection_parameters, unavailable
 from shared.pika_compat import BatchWritingConnection
 from shared.settings import Settings
 
@@ -94,12 +95,14 @@ class ConfirmingPublisher:
         name: str = "producer",
         confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
         private_api: bool = True,
+        node_order: NodeOrder = random.shuffle,
     ) -> None:
         self._settings = settings
         self._name = name
         self._confirm_timeout_s = confirm_timeout_s
         # False: pika's public publishing only (shared/pika_compat.py); the same messages, slower.
         self._private_api = private_api
+        self._node_order = node_order
         self._link: _Link | None = None
 
     def start(self) -> None:
@@ -142,7 +145,7 @@ class ConfirmingPublisher:
             self._link.stop()
             self._link = None
         if self._link is None:
-            self._link = _Link(self._settings, self._name, self._private_api)
+            self._link = _Link(self._settings, self._name, self._node_order, self._private_api)
             self._link.start()
         return self._link
 
@@ -150,18 +153,19 @@ class ConfirmingPublisher:
 class _Link:
     """One SelectConnection, its confirm-mode channel and its I/O thread."""
 
-    def __init__(self, settings: Settings, name: str, private_api: bool = True) -> None:
+    def __init__(
+        self, settings: Settings, name: str, node_order: NodeOrder, private_api: bool = True
+    ) -> None:
         self._settings = settings
         self._private_api = private_api
-        self._params = pika.URLParameters(settings.amqp_url)
-        self._params.heartbeat = settings.heartbeat_s
-        self._params.blocked_connection_timeout = 60
-        self._params.client_properties = {"connection_name": name}
+        # Every node AMQP_URL names, shuffled: the first that answers carries the link.
+        self._candidates = connection_parameters(settings, name, node_order)
         self._connection: Any = None
         self._channel: Any = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{name}-amqp", daemon=True)
         self._open_error: BaseException | None = None
+        self._opened = False
         self.close_reason: str = ""
         self.usable = False
         # Owned by the I/O thread: delivery tag -> (batch, index in batch, what was published).
@@ -207,9 +211,18 @@ class _Link:
     # -- I/O thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        for params in self._candidates:
+            self._open_error = None
+            if self._run_one(params) or self._open_error is None:
+                break  # it opened (and has since closed), or failed in a way another node won't fix
+        self.usable = False
+        self._ready.set()
+
+    def _run_one(self, params: pika.URLParameters) -> bool:
+        """Connect to one node and run the I/O loop until the connection ends; True if it opened."""
         try:
             self._connection = BatchWritingConnection(
-                self._params,
+                params,
                 private_api=self._private_api,
                 on_open_callback=self._on_connection_open,
                 on_open_error_callback=self._on_open_error,
@@ -217,15 +230,14 @@ class _Link:
             )
         except (pika.exceptions.AMQPError, OSError, ValueError) as exc:
             self._open_error = exc
-            self._ready.set()
-            return
+            return False
         try:
             self._connection.ioloop.start()
         finally:
             self.usable = False
             self._fail_all_pending()
-            self._ready.set()
             self._connection.ioloop.close()  # frees the loop's wake-up sockets
+        return self._opened
 
     def _on_connection_open(self, connection: Any) -> None:
         connection.channel(on_open_callback=self._on_channel_open)
@@ -247,6 +259,7 @@ class _Link:
 
     def _on_confirm_mode(self, _frame: Any) -> None:
         self._connection.confirm_hooked()
+        self._opened = True
         self.usable = True
         self._ready.set()
 

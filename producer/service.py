@@ -195,6 +195,8 @@ def summary(run_id: str, counts: Counts, reader: SitemapReader, elapsed_s: float
         "taken_over": counts.taken_over,
         "republished": counts.republished,
         "left_claimed": counts.left_claimed,
+        "unconfirmed": counts.unconfirmed,
+        "confirm_wait_max_s": round(counts.confirm_wait_max_s, 3),
         "stopped_early": counts.stopped_early,
         "sitemaps_read": reader.sitemaps_read,
         "sitemaps_failed": [{"url": f.url, "error": f.error} for f in reader.failures],

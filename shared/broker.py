@@ -9,7 +9,8 @@ connection and its channels are used only from the thread that opened them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from shared.errors import ConfigError, PipelineError, ServiceUnavailable
-from shared.settings import Settings, redact
+from shared.settings import Settings, amqp_urls, redact
 from shared.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -58,13 +59,30 @@ class Publication:
         )
 
 
+# Puts the nodes' parameters in the order they are tried, in place (random.shuffle by default).
+NodeOrder = Callable[[list[Any]], None]
+
+
+def connection_parameters(
+    settings: Settings, name: str, order: NodeOrder = random.shuffle
+) -> list[pika.URLParameters]:
+    """One pika parameter set per node AMQP_URL names. pika tries them in the order given and
+    keeps the first that answers; `order` shuffles them so that a fleet of processes spreads its
+    connections over a cluster's nodes instead of all landing on the first."""
+    every = []
+    for url in amqp_urls(settings.amqp_url):
+        params = pika.URLParameters(url)
+        params.heartbeat = settings.heartbeat_s
+        params.blocked_connection_timeout = 60
+        params.client_properties = {"connection_name": name}
+        every.append(params)
+    order(every)
+    return every
+
+
 def connect(settings: Settings, name: str) -> pika.BlockingConnection:
-    params = pika.URLParameters(settings.amqp_url)
-    params.heartbeat = settings.heartbeat_s
-    params.blocked_connection_timeout = 60
-    params.client_properties = {"connection_name": name}
     try:
-        return pika.BlockingConnection(params)
+        return pika.BlockingConnection(connection_parameters(settings, name))
     except pika.exceptions.ProbableAuthenticationError:
         raise ServiceUnavailable(
             "RabbitMQ", redact(settings.amqp_url), "login refused", "check the user and password in AMQP_URL"

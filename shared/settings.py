@@ -202,8 +202,11 @@ class Settings:
             from shared.netguard import parse_allowlist
 
             parse_allowlist(self.fetch_allowlist)  # raises ConfigError naming a bad entry
+        if not amqp_urls(self.amqp_url):
+            raise ConfigError("AMQP_URL: no URL given; expected amqp://... (several separated by commas)")
         for name, schemes in URL_SCHEMES.items():
-            _check_url(name.upper(), getattr(self, name), schemes)
+            for url in amqp_urls(self.amqp_url) if name == "amqp_url" else [getattr(self, name)]:
+                _check_url(name.upper(), url, schemes)
         _check_with_client_libraries(self)
         for name in FILE_SETTINGS:
             if getattr(self, name):
@@ -305,7 +308,7 @@ def _check_with_client_libraries(settings: Settings) -> None:
     import redis
 
     checks: tuple[tuple[str, str, Any], ...] = (
-        ("AMQP_URL", settings.amqp_url, pika.URLParameters),
+        *(("AMQP_URL", url, pika.URLParameters) for url in amqp_urls(settings.amqp_url)),
         ("REDIS_URL", settings.redis_url, redis.connection.parse_url),
         ("DATABASE_URL", settings.database_url, psycopg.conninfo.conninfo_to_dict),
     )
@@ -315,6 +318,12 @@ def _check_with_client_libraries(settings: Settings) -> None:
         except Exception as exc:  # each library has its own errors; none may reach the user raw
             detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
             raise ConfigError(f"{name}: {redact(url)!r} is not usable: {detail[:200]}") from None
+
+
+def amqp_urls(amqp_url: str) -> list[str]:
+    """The broker nodes AMQP_URL names: one URL, or several separated by commas for the nodes of
+    a cluster (a comma inside a password is written %2C). Clients connect to whichever answers."""
+    return [url.strip() for url in amqp_url.split(",") if url.strip()]
 
 
 def redact(url: str) -> str:

@@ -139,7 +139,7 @@ def test_an_unreachable_redis_is_waited_for_too() -> None:
 
 
 def test_refusals_still_use_up_the_attempts_and_patience_has_a_bound() -> None:
-    refused = FlakyBroker(lost_batches=PUBLISH_ATTEMPTS)  # the first batch, then both of its retries
+    refused = FlakyBroker(lost_batches=PUBLISH_ATTEMPTS)  # the first batch, then every retry of it
     counts = pipeline(refused, MemoryDedup(), FakeTime()).run(entries()[:4])
     assert (counts.enqueued_total, counts.publish_failed) == (0, 4)
 

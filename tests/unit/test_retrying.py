@@ -12,7 +12,7 @@ import pytest
 from tenacity import Retrying
 from tenacity.stop import StopBaseT
 
-from producer.pipeline import PUBLISH_ATTEMPTS, RETRY_PAUSE_S, Pipeline
+from producer.pipeline import MAX_RECONNECT_PAUSE_S, PUBLISH_ATTEMPTS, RETRY_PAUSE_S, Pipeline
 from producer.routing import load_router
 from producer.sitemaps import SitemapEntry
 from shared import retrying
@@ -329,19 +329,23 @@ def pipeline(broker: RefusingBroker, dedup: MemoryDedup, clock: Clock, patience_
     )
 
 
-def test_refused_publishes_are_tried_again_a_pause_apart_and_confirmed() -> None:
+# The pauses between publish attempts: doubling from RETRY_PAUSE_S up to MAX_RECONNECT_PAUSE_S.
+PUBLISH_PAUSES = [min(RETRY_PAUSE_S * 2**n, MAX_RECONNECT_PAUSE_S) for n in range(PUBLISH_ATTEMPTS - 1)]
+
+
+def test_refused_publishes_are_tried_again_a_growing_pause_apart_and_confirmed() -> None:
     broker, dedup, clock = RefusingBroker(refusals=PUBLISH_ATTEMPTS - 1), MemoryDedup(), Clock()
     counts = pipeline(broker, dedup, clock).run(URLS)
     assert (counts.enqueued_total, counts.publish_failed) == (4, 0)
     assert broker.calls == PUBLISH_ATTEMPTS and set(broker.tries.values()) == {PUBLISH_ATTEMPTS}
-    assert clock.pauses == [RETRY_PAUSE_S] * (PUBLISH_ATTEMPTS - 1)
+    assert clock.pauses == PUBLISH_PAUSES == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
 
 
 def test_publishes_refused_every_time_are_given_up_after_the_last_attempt_and_released() -> None:
     broker, dedup, clock = RefusingBroker(refusals=10**6), MemoryDedup(), Clock()
     counts = pipeline(broker, dedup, clock).run(URLS)
     assert (counts.enqueued_total, counts.publish_failed) == (0, 4)
-    assert broker.calls == PUBLISH_ATTEMPTS and clock.pauses == [RETRY_PAUSE_S] * (PUBLISH_ATTEMPTS - 1)
+    assert broker.calls == PUBLISH_ATTEMPTS and clock.pauses == PUBLISH_PAUSES
     assert dedup.state == {}  # released: a re-run publishes them
 
 
