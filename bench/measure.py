@@ -116,6 +116,11 @@ def _proc_cpu_s(pid: int, with_children: bool) -> float:
     return ticks / TICKS_PER_S
 
 
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds a live process has used so far (0 once it is gone)."""
+    return _proc_cpu_s(pid, with_children=False)
+
+
 def _pids(name: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
