@@ -19,6 +19,7 @@ from bs4.element import CData, NavigableString
 
 from shared.errors import PermanentError
 from shared.settings import Settings
+from worker.fast_fields import scan_lxml
 from worker.html_builder import ParseBudget, new_soup
 from worker.markup_scan import ParseLimitExceeded
 
@@ -121,11 +122,13 @@ def parse_page(
     max_text_chars: int = MAX_TEXT_CHARS,
     max_links: int = MAX_LINKS,
     budget: ParseBudget = DEFAULT_BUDGET,
+    fast: bool = True,
 ) -> ParsedPage:
     """Extract the page fields; raise PermanentError('parse_error') if the parser fails, and
-    PermanentError('parse_limit') past the budget."""
+    PermanentError('parse_limit') past the budget. `fast`: read them from lxml's tree when it
+    can (worker/fast_fields.py); False always builds BeautifulSoup's, the reference."""
     try:
-        return _parse(html, base_url, max_text_chars, max_links, budget)
+        return _parse(html, base_url, max_text_chars, max_links, budget, fast)
     except ParseLimitExceeded as exc:
         raise PermanentError("parse_limit", f"{base_url}: {exc}") from None
     except Exception as exc:  # lxml and bs4 fail in many ways on hostile input; all are final
@@ -133,20 +136,14 @@ def parse_page(
 
 
 def _parse(
-    html: str | bytes, base_url: str, max_text_chars: int, max_links: int, budget: ParseBudget
+    html: str | bytes, base_url: str, max_text_chars: int, max_links: int, budget: ParseBudget, fast: bool
 ) -> ParsedPage:
     # No multi-valued attributes: `rel` and `class` stay strings, which saves splitting every
     # class attribute of the page for fields that never read one.
     if isinstance(html, bytes):  # decoded by our rules, which the worker applies to every page
         html = decode_html(html)
     budget.refuse_early(html)
-    soup = new_soup(html, multi_valued_attributes=False, budget=budget)
-    scan = _Scan()
-    scan.walk(soup, _first_body(soup) or soup)
-    # A soup is a web of parent and sibling references: dropped as it is, only the cyclic
-    # garbage collector frees it, and dead soups pile up in memory between its full passes.
-    # Taken apart now, it is freed at once.
-    soup.decompose()
+    scan = (fast and scan_lxml(html, budget)) or _soup_scan(html, budget)
     base = (_absolute_http(base_url, scan.base_href) if scan.base_href else None) or base_url
     return ParsedPage(
         base_url=base,
@@ -158,6 +155,17 @@ def _parse(
         text=" ".join(" ".join(scan.text).split())[:max_text_chars],
         links=_links(scan.hrefs, base, max_links),
     )
+
+
+def _soup_scan(html: str, budget: ParseBudget) -> _Scan:
+    soup = new_soup(html, multi_valued_attributes=False, budget=budget)
+    scan = _Scan()
+    scan.walk(soup, _first_body(soup) or soup)
+    # A soup is a web of parent and sibling references: dropped as it is, only the cyclic
+    # garbage collector frees it, and dead soups pile up in memory between its full passes.
+    # Taken apart now, it is freed at once.
+    soup.decompose()
+    return scan
 
 
 class _Scan:
@@ -273,7 +281,9 @@ def _absolute_http(base: str, href: str) -> str | None:
 def _links(hrefs: list[str], base: str, max_links: int) -> tuple[str, ...]:
     found: dict[str, None] = {}  # a dict keeps first-seen order and de-duplicates
     origin = _origin(base)
-    for href in hrefs:
+    # A page repeats its hrefs (a documentation page links each section many times): an href
+    # seen before resolves to the same URL, which is already in `found` or was refused.
+    for href in dict.fromkeys(hrefs):
         # Most links are plain site-absolute paths, which urljoin would only append to the origin.
         url = origin + href if origin and _PLAIN_PATH.fullmatch(href) and "/." not in href else None
         url = url or _absolute_http(base, href)
