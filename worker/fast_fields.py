@@ -39,6 +39,9 @@ _BUDGET_MARGIN = 0.5
 # libxml2 stops building its own tree at 256 levels (bs4's builder, fed by events, goes on), so
 # deeper pages go the bs4 way too; real pages nest a few dozen levels.
 _MAX_TREE_DEPTH = 128
+# Nodes (elements, strings, comments, attributes), about as the bs4 builder counts them, in C:
+# only compared against half the budget.
+_COUNT_NODES = etree.XPath("count(//node()) + count(//@*)")
 
 
 @dataclass
@@ -70,33 +73,19 @@ def scan_lxml(markup: str, budget: ParseBudget) -> LxmlScan | None:
     text_root = next(root.iter("body"), None)
     if text_root is None:
         return None
-    nodes, depth = _size(root)
-    if nodes > budget.max_nodes * _BUDGET_MARGIN or depth > min(
-        budget.max_depth * _BUDGET_MARGIN, _MAX_TREE_DEPTH
-    ):
+    if _COUNT_NODES(root) > budget.max_nodes * _BUDGET_MARGIN:
         return None
     scan = LxmlScan()
-    _walk(root, text_root, scan)
+    depth = _walk(root, text_root, scan)
+    if depth > min(budget.max_depth * _BUDGET_MARGIN, _MAX_TREE_DEPTH):
+        return None
     if time.monotonic() - started > budget.deadline_s * _BUDGET_MARGIN:
         return None
     return scan
 
 
-def _size(root: etree._Element) -> tuple[int, int]:
-    """Nodes (elements, attributes, strings, comments) and the deepest nesting, about as the bs4
-    builder counts them: only compared against half the budget."""
-    nodes = 0
-    deepest = 0
-    stack = [(root, 1)]
-    while stack:
-        element, depth = stack.pop()
-        deepest = max(deepest, depth)
-        nodes += 1 + len(element.attrib) + (element.text is not None) + (element.tail is not None)
-        stack.extend((child, depth + 1) for child in element)
-    return nodes, deepest
-
-
-def _walk(root: etree._Element, text_root: etree._Element, scan: LxmlScan) -> None:
+def _walk(root: etree._Element, text_root: etree._Element, scan: LxmlScan) -> int:
+    """Collect the fields into `scan`; return the deepest nesting of elements."""
     # Preceding siblings of the root (comments, processing instructions) hold no fields, and
     # the text root is a <body>, never the document: top-level strings are never visible text.
     text = scan.text
@@ -105,6 +94,7 @@ def _walk(root: etree._Element, text_root: etree._Element, scan: LxmlScan) -> No
     stack: list[tuple[Iterator[etree._Element], bool, bool, bool, str | None]] = [
         (iter((root,)), False, False, True, None)
     ]
+    deepest = 0
     while stack:
         children, in_svg, visible, plain, _ = stack[-1]
         child = next(children, None)
@@ -127,6 +117,8 @@ def _walk(root: etree._Element, text_root: etree._Element, scan: LxmlScan) -> No
         if shows and inner_plain and child.text:
             text.append(child.text)
         stack.append((iter(child), in_svg or name == "svg", shows, inner_plain, tail))
+        deepest = max(deepest, len(stack) - 1)
+    return deepest
 
 
 def _read(scan: LxmlScan, tag: etree._Element, name: str, in_svg: bool) -> None:
