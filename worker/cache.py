@@ -38,6 +38,9 @@ from worker.parse import decode_html
 log = logging.getLogger(__name__)
 
 _FORMAT_VERSION = 1
+# zlib's fastest level: on real pages (93 KB) it takes a third of level 6's CPU (0.5 against
+# 1.45 ms a page) for entries a quarter larger (17 against 14 KB).
+_ZLIB_LEVEL = 1
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,8 @@ class ResponseCache:
             "lm": result.last_modified,
             "at": self._clock(),
         }
-        value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + zlib.compress(result.body, 6)
+        body = zlib.compress(result.body, _ZLIB_LEVEL)
+        value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
         key = self._keys.cache(fingerprint_hex)
         with translate_redis_errors(self._client):
             # Nothing waits for this write: with a DeferringRedis it rides along with the
