@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.dedup_memory import dedup_bytes_per_url
-from bench.measure import Children, proc_cpu_s, services_cpu_s
+from bench.measure import Children, proc_cpu_s, services_cpu_s, services_delta
 from bench.raw_publish import raw_publish_rate
 from bench.real_corpus import CorpusUnavailable, ensure_corpus
 from shared.accounting import Tally, account
@@ -232,7 +232,7 @@ def run_pipeline(
         pages=final.stored,
         elapsed_s=elapsed,
         own_cpu_s=children.cpu_s(),
-        services_cpu_s=sum(after.values()) - sum(before.values()),
+        services_cpu_s=services_delta(before, after),
         worker_peak_rss_mb=max(
             (c.peak_rss_mb for c in children.finished if c.name.startswith("worker")), default=0.0
         ),
@@ -296,7 +296,7 @@ def run_scrapy(
         pages=int(figures["pages"]),
         elapsed_s=float(figures["finished_at"]) - launched,
         own_cpu_s=float(figures["cpu_s"]),
-        services_cpu_s=sum(after.values()) - sum(before.values()),
+        services_cpu_s=services_delta(before, after),
         worker_peak_rss_mb=float(figures["peak_rss_mb"]),
         site_cpu_s=site_after - site_before,
     )
