@@ -20,6 +20,7 @@ from bs4.element import CData, NavigableString
 from shared.errors import PermanentError
 from shared.settings import Settings
 from worker.fast_fields import scan_lxml
+from worker.fast_links import RelativeLinks, relative_key, split_base
 from worker.html_builder import ParseBudget, new_soup
 from worker.markup_scan import ParseLimitExceeded
 
@@ -278,15 +279,21 @@ def _absolute_http(base: str, href: str) -> str | None:
     return url if parts.scheme in ("http", "https") and parts.netloc else None
 
 
+_relative_links = RelativeLinks(_absolute_http)
+
+
 def _links(hrefs: list[str], base: str, max_links: int) -> tuple[str, ...]:
     found: dict[str, None] = {}  # a dict keeps first-seen order and de-duplicates
     origin = _origin(base)
+    split = split_base(base)  # relative hrefs resolve the same for every page of a directory
     # A page repeats its hrefs (a documentation page links each section many times): an href
     # seen before resolves to the same URL, which is already in `found` or was refused.
     for href in dict.fromkeys(hrefs):
         # Most links are plain site-absolute paths, which urljoin would only append to the origin.
         url = origin + href if origin and _PLAIN_PATH.fullmatch(href) and "/." not in href else None
-        url = url or _absolute_http(base, href)
+        if not url:
+            key = relative_key(href) if split else None
+            url = _relative_links.resolve(*split, key) if split and key else _absolute_http(base, href)
         if url:
             found.setdefault(url)
             if len(found) >= max_links:
