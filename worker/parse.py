@@ -1,7 +1,8 @@
 """Turn a fetched HTML body into text and the page fields we store.
 
-`decode_html` picks the character encoding; `parse_page` extracts fields with BeautifulSoup
-on lxml (through worker/html_builder.py). Any failure inside the parser becomes
+`decode_html` picks the character encoding; `parse_page` reads the fields from lxml's own tree
+(worker/fast_fields.py) and, for a page that path hands back, from BeautifulSoup on lxml
+(through worker/html_builder.py), the reference both are held to. Any failure inside the parser becomes
 PermanentError('parse_error'): the same bytes would fail the same way on every retry. A page past
 its ParseBudget (nodes, depth, time: PARSE_MAX_NODES, PARSE_MAX_DEPTH, PARSE_DEADLINE_S) becomes
 PermanentError('parse_limit'), and costs no more than that budget (docs/SECURITY.md).
