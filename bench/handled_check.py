@@ -34,7 +34,7 @@ from typing import Any
 
 import redis
 
-from bench.measure import Children, services_cpu_s
+from bench.measure import Children, redis_cpu_s
 from bench.perf import pipeline_env
 from ops.accounting import Tally, account
 from ops.teardown import remove_pipeline
@@ -76,7 +76,7 @@ def crawl(sitemap: str, log_dir: Path) -> dict[str, Any]:
     settings = Settings.from_env(env)
     client = redis.Redis.from_url(settings.redis_url)
     children = Children(env, log_dir)
-    commands_before, cpu_before = command_counts(client), services_cpu_s()["redis"]
+    commands_before, cpu_before = command_counts(client), redis_cpu_s()
     try:
         children.start("dlq_consumer", "-m", "dlq_consumer")
         worker = children.start("worker", "-m", "worker")
@@ -90,7 +90,7 @@ def crawl(sitemap: str, log_dir: Path) -> dict[str, Any]:
             deadline = time.monotonic() + 600
             while tally.accounted() < expected and time.monotonic() < deadline:
                 time.sleep(0.1)
-        commands_after, cpu_after = command_counts(client), services_cpu_s()["redis"]
+        commands_after, cpu_after = command_counts(client), redis_cpu_s()
         stored = account(settings, name).stored
         children.stop_all()
     finally:

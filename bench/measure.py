@@ -116,8 +116,8 @@ def _proc_cpu_s(pid: int, with_children: bool) -> float:
     return ticks / TICKS_PER_S
 
 
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds a process (not one of ours: not reaped by us) has used so far; 0 if gone."""
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds a live process has used so far (0 once it is gone)."""
     return _proc_cpu_s(pid, with_children=False)
 
 
@@ -134,15 +134,28 @@ def _pids(name: str) -> list[int]:
     return found
 
 
-def services_cpu_s() -> dict[str, float]:
-    """CPU seconds used so far by RabbitMQ, Redis and PostgreSQL (exited backends included)."""
+def services_cpu_s() -> dict[int, float]:
+    """CPU seconds used so far by each process of RabbitMQ, Redis and PostgreSQL, by pid (the
+    postmaster's figure includes its exited backends). Compare two with `services_delta`."""
     postgres = _pids("postgres")
     postmaster = min(postgres) if postgres else None
-    return {
-        "rabbitmq": sum(_proc_cpu_s(p, with_children=True) for p in _pids("beam.smp")),
-        "redis": sum(_proc_cpu_s(p, with_children=False) for p in _pids("redis-server")),
-        "postgresql": sum(_proc_cpu_s(p, with_children=p == postmaster) for p in postgres),
-    }
+    found = {p: _proc_cpu_s(p, with_children=True) for p in _pids("beam.smp")}
+    found.update({p: _proc_cpu_s(p, with_children=False) for p in _pids("redis-server")})
+    found.update({p: _proc_cpu_s(p, with_children=p == postmaster) for p in postgres})
+    return found
+
+
+def redis_cpu_s() -> float:
+    """CPU seconds every redis-server process has used so far."""
+    return sum(_proc_cpu_s(pid, with_children=False) for pid in _pids("redis-server"))
+
+
+def services_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the services spent between two readings: what each process that lived
+    through both added, and all of each one that started between them. A backend that exited
+    meanwhile is counted in its postmaster's figure, so it is left out here: subtracting its
+    last reading from nothing made the figure negative."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def self_children_cpu_s() -> float:

@@ -6,6 +6,9 @@ title, description, canonical link, headings, paragraphs and 20 links) at /p/<n>
 /robots.txt allowing everything, and a sitemap index at /sitemap_index.xml whose gzipped
 children list every page of every host. `--delay-ms` holds each page answer that long, to
 model a remote site's latency without using any CPU while waiting.
+
+`--root DIR` serves real pages instead: the first --pages-per-host HTML files of DIR (in
+bench/real_corpus.py's order) on every host, at their paths under DIR, and the sitemaps list them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import asyncio
 import gzip
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 URLS_PER_SITEMAP = 5_000
 WORDS = [
@@ -54,6 +58,15 @@ class SiteSpec:
     pages_per_host: int
     port: int
     delay_ms: int
+    root: Path | None = None  # real pages from this directory instead of generated ones
+    real_paths: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def of_directory(cls, root: Path, hosts: int, pages_per_host: int, port: int, delay_ms: int) -> SiteSpec:
+        from bench.real_corpus import page_paths
+
+        paths = tuple(page_paths(root)[:pages_per_host])
+        return cls(hosts, len(paths), port, delay_ms, root, paths)
 
     def host(self, index: int) -> str:
         return f"127.0.1.{index + 1}"
@@ -62,6 +75,8 @@ class SiteSpec:
         return f"http://{self.host(index)}:{self.port}"
 
     def page_urls(self) -> list[str]:
+        if self.root:
+            return [f"{self.origin(h)}{p}" for h in range(self.hosts) for p in self.real_paths]
         return [f"{self.origin(h)}/p/{n}.html" for h in range(self.hosts) for n in range(self.pages_per_host)]
 
 
@@ -104,6 +119,8 @@ class Site:
         self.sitemaps = sitemap_files(spec)
         self.pages = {h: {} for h in range(spec.hosts)}  # type: dict[int, dict[int, bytes]]
         self.served = 0
+        self.real_pages = set(spec.real_paths)
+        self.real_cache: dict[str, bytes] = {}  # the same bytes on every host
 
     def answer(self, host: int, path: str) -> tuple[int, str, bytes]:
         if path == "/robots.txt":
@@ -115,6 +132,11 @@ class Site:
         if host == 0 and path in self.sitemaps:
             kind = "application/gzip" if path.endswith(".gz") else "application/xml"
             return 200, kind, self.sitemaps[path]
+        if path in self.real_pages and self.spec.root:
+            body = self.real_cache.get(path)
+            if body is None:
+                body = self.real_cache[path] = (self.spec.root / path.lstrip("/")).read_bytes()
+            return 200, "text/html; charset=utf-8", body
         if path.startswith("/p/") and path.endswith(".html"):
             try:
                 n = int(path[3:-5])
@@ -188,9 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages-per-host", type=int, default=250)
     parser.add_argument("--port", type=int, default=8531)
     parser.add_argument("--delay-ms", type=int, default=0)
+    parser.add_argument("--root", type=Path, help="serve the HTML pages of this directory")
     parser.add_argument("--write-urls", metavar="FILE", help="write every page URL to FILE and exit")
     args = parser.parse_args(argv)
-    spec = SiteSpec(args.hosts, args.pages_per_host, args.port, args.delay_ms)
+    if args.root:
+        spec = SiteSpec.of_directory(args.root, args.hosts, args.pages_per_host, args.port, args.delay_ms)
+    else:
+        spec = SiteSpec(args.hosts, args.pages_per_host, args.port, args.delay_ms)
     if args.write_urls:
         with open(args.write_urls, "w") as out:
             out.write("\n".join(spec.page_urls()) + "\n")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.measure import Children, process_cpu_s
+from bench.measure import Children, proc_cpu_s
 from bench.perf import CPU_CONCURRENCY, perf_site, pipeline_env
 from ops.accounting import Tally, account
 from ops.teardown import remove_pipeline
@@ -92,7 +92,7 @@ def run_once(
     run_log = log_dir / name
     run_log.mkdir(parents=True)
     children = Children(env, run_log)
-    pooler_before = process_cpu_s(pooler_pid) if pooler_pid else 0.0
+    pooler_before = proc_cpu_s(pooler_pid) if pooler_pid else 0.0
     started = time.monotonic()
     try:
         with ConnectionSampler() as sampler:
@@ -114,7 +114,7 @@ def run_once(
                     time.sleep(0.1)
             elapsed = time.monotonic() - started
             final = account(settings, name)
-            pooler_cpu_s = process_cpu_s(pooler_pid) - pooler_before if pooler_pid else 0.0
+            pooler_cpu_s = proc_cpu_s(pooler_pid) - pooler_before if pooler_pid else 0.0
     finally:
         children.stop_all()
         remove_pipeline(settings)
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="bench-pgbouncer-") as tmp:
         log_dir = Path(tmp)
-        with perf_site(args.hosts, args.pages_per_host, 0, log_dir, args.site_port):
+        with perf_site(args.hosts, args.pages_per_host, 0, log_dir, port=args.site_port):
             sitemap = f"http://127.0.1.1:{args.site_port}/sitemap_index.xml"
             for round_no in range(1, args.rounds + 1):
                 for topology, extra in topologies.items():

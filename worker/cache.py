@@ -38,6 +38,9 @@ from worker.response import CacheEntry, Response
 log = logging.getLogger(__name__)
 
 _FORMAT_VERSION = 1
+# zlib's fastest level: on real pages (93 KB) it takes a third of level 6's CPU (0.5 against
+# 1.45 ms a page) for entries a quarter larger (17 against 14 KB).
+_ZLIB_LEVEL = 1
 
 
 class ResponseCache:
@@ -102,7 +105,8 @@ class ResponseCache:
             "lm": response.last_modified,
             "at": self._clock(),
         }
-        value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + zlib.compress(response.body, 6)
+        body = zlib.compress(response.body, _ZLIB_LEVEL)
+        value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
         key = self._keys.cache(fingerprint(url).hex())
         with translate_redis_errors(self._client):
             # Nothing waits for this write: with a DeferringRedis it rides along with the

@@ -1,7 +1,8 @@
 """Turn a fetched HTML body into text and the page fields we store.
 
-`decode_html` picks the character encoding; `parse_page` extracts fields with BeautifulSoup
-on lxml (through worker/html_builder.py). Any failure inside the parser becomes
+`decode_html` picks the character encoding; `parse_page` reads the fields from lxml's own tree
+(worker/fast_fields.py) and, for a page that path hands back, from BeautifulSoup on lxml
+(through worker/html_builder.py), the reference both are held to. Any failure inside the parser becomes
 PermanentError('parse_error'): the same bytes would fail the same way on every retry. A page past
 its ParseBudget (nodes, depth, time: PARSE_MAX_NODES, PARSE_MAX_DEPTH, PARSE_DEADLINE_S) becomes
 PermanentError('parse_limit'), and costs no more than that budget (docs/SECURITY.md).
@@ -19,6 +20,8 @@ from bs4.element import CData, NavigableString
 
 from shared.errors import PermanentError
 from shared.settings import Settings
+from worker.fast_fields import scan_lxml
+from worker.fast_links import RelativeLinks, relative_key, split_base
 from worker.html_builder import ParseBudget, new_soup
 from worker.markup_scan import ParseLimitExceeded
 
@@ -121,13 +124,15 @@ def parse_page(
     max_text_chars: int = MAX_TEXT_CHARS,
     max_links: int = MAX_LINKS,
     budget: ParseBudget = DEFAULT_BUDGET,
+    fast: bool = True,
     private_api: bool = True,
 ) -> ParsedPage:
     """Extract the page fields; raise PermanentError('parse_error') if the parser fails, and
-    PermanentError('parse_limit') past the budget. `private_api=False` builds the tree through
-    bs4's public API only (worker/html_builder.py): the same fields, slower."""
+    PermanentError('parse_limit') past the budget. `fast`: read them from lxml's tree when it
+    can (worker/fast_fields.py); False always builds BeautifulSoup's, the reference.
+    `private_api=False` builds that tree through bs4's public API only (worker/html_builder.py)."""
     try:
-        return _parse(html, base_url, max_text_chars, max_links, budget, private_api)
+        return _parse(html, base_url, max_text_chars, max_links, budget, fast, private_api)
     except ParseLimitExceeded as exc:
         raise PermanentError("parse_limit", f"{base_url}: {exc}") from None
     except Exception as exc:  # lxml and bs4 fail in many ways on hostile input; all are final
@@ -140,6 +145,7 @@ def _parse(
     max_text_chars: int,
     max_links: int,
     budget: ParseBudget,
+    fast: bool,
     private_api: bool = True,
 ) -> ParsedPage:
     # No multi-valued attributes: `rel` and `class` stay strings, which saves splitting every
@@ -147,13 +153,7 @@ def _parse(
     if isinstance(html, bytes):  # decoded by our rules, which the worker applies to every page
         html = decode_html(html)
     budget.refuse_early(html)
-    soup = new_soup(html, multi_valued_attributes=False, budget=budget, private_api=private_api)
-    scan = _Scan()
-    scan.walk(soup, _first_body(soup) or soup)
-    # A soup is a web of parent and sibling references: dropped as it is, only the cyclic
-    # garbage collector frees it, and dead soups pile up in memory between its full passes.
-    # Taken apart now, it is freed at once.
-    soup.decompose()
+    scan = (fast and scan_lxml(html, budget)) or _soup_scan(html, budget, private_api)
     base = (_absolute_http(base_url, scan.base_href) if scan.base_href else None) or base_url
     return ParsedPage(
         base_url=base,
@@ -165,6 +165,17 @@ def _parse(
         text=" ".join(" ".join(scan.text).split())[:max_text_chars],
         links=_links(scan.hrefs, base, max_links),
     )
+
+
+def _soup_scan(html: str, budget: ParseBudget, private_api: bool = True) -> _Scan:
+    soup = new_soup(html, multi_valued_attributes=False, budget=budget, private_api=private_api)
+    scan = _Scan()
+    scan.walk(soup, _first_body(soup) or soup)
+    # A soup is a web of parent and sibling references: dropped as it is, only the cyclic
+    # garbage collector frees it, and dead soups pile up in memory between its full passes.
+    # Taken apart now, it is freed at once.
+    soup.decompose()
+    return scan
 
 
 class _Scan:
@@ -282,13 +293,21 @@ def _absolute_http(base: str, href: str) -> str | None:
     return url if parts.scheme in ("http", "https") and parts.netloc else None
 
 
+_relative_links = RelativeLinks(_absolute_http)
+
+
 def _links(hrefs: list[str], base: str, max_links: int) -> tuple[str, ...]:
     found: dict[str, None] = {}  # a dict keeps first-seen order and de-duplicates
     origin = _origin(base)
-    for href in hrefs:
+    split = split_base(base)  # relative hrefs resolve the same for every page of a directory
+    # A page repeats its hrefs (a documentation page links each section many times): an href
+    # seen before resolves to the same URL, which is already in `found` or was refused.
+    for href in dict.fromkeys(hrefs):
         # Most links are plain site-absolute paths, which urljoin would only append to the origin.
         url = origin + href if origin and _PLAIN_PATH.fullmatch(href) and "/." not in href else None
-        url = url or _absolute_http(base, href)
+        if not url:
+            key = relative_key(href) if split else None
+            url = _relative_links.resolve(*split, key) if split and key else _absolute_http(base, href)
         if url:
             found.setdefault(url)
             if len(found) >= max_links:
