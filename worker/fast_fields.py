@@ -62,6 +62,11 @@ class LxmlScan:
 def scan_lxml(markup: str, budget: ParseBudget) -> LxmlScan | None:
     """The page's fields from lxml's tree, or None when the bs4 path must decide."""
     started = time.monotonic()
+    # Every element starts with a '<': a page with more of them than the margin allows goes
+    # straight to the bs4 path, without building an lxml tree first (two trees of a hostile
+    # page's size, one after the other, raised the worker's peak memory by tens of MiB).
+    if markup.count("<") > budget.max_nodes * _BUDGET_MARGIN:
+        return None
     try:
         parser = etree.HTMLParser(recover=True)  # CDATA: lxml's HTML parser keeps it anyway
         parser.feed(markup)
