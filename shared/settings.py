@@ -20,11 +20,12 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError
+from shared.redis_cluster import cluster_nodes, is_cluster_url
 
 # The schemes each service URL may have; anything else is a mistake to report before connecting.
 URL_SCHEMES = {
     "amqp_url": ("amqp", "amqps"),
-    "redis_url": ("redis", "rediss", "unix"),
+    "redis_url": ("redis", "rediss", "unix"),  # or redis+cluster:// (shared/redis_cluster.py)
     "database_url": ("postgresql", "postgres"),
     "rabbitmq_management_url": ("http", "https"),
 }
@@ -198,6 +199,9 @@ class Settings:
         if self.log_level.upper() not in logging.getLevelNamesMapping():
             raise ConfigError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         for name, schemes in URL_SCHEMES.items():
+            if name == "redis_url" and is_cluster_url(self.redis_url):
+                cluster_nodes(self.redis_url)  # raises ConfigError naming a bad node
+                continue
             _check_url(name.upper(), getattr(self, name), schemes)
         _check_with_client_libraries(self)
         for name in FILE_SETTINGS:
@@ -283,7 +287,11 @@ def _check_with_client_libraries(settings: Settings) -> None:
 
     checks: tuple[tuple[str, str, Any], ...] = (
         ("AMQP_URL", settings.amqp_url, pika.URLParameters),
-        ("REDIS_URL", settings.redis_url, redis.connection.parse_url),
+        *(
+            ()
+            if is_cluster_url(settings.redis_url)
+            else (("REDIS_URL", settings.redis_url, redis.connection.parse_url),)
+        ),
         ("DATABASE_URL", settings.database_url, psycopg.conninfo.conninfo_to_dict),
     )
     for name, url, parse in checks:
