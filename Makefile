@@ -9,7 +9,7 @@ FAULTS_SIZE ?= small
 RECRAWL_OF ?=
 
 .PHONY: all install demo crawl test unit integration e2e faults bench lint typecheck up down clean \
-	images-offline compose-test
+	images-offline compose-test redis-cluster-up redis-cluster-down faults-redis-cluster faults-cluster
 
 all: lint typecheck test
 
@@ -83,6 +83,22 @@ images-offline:
 # killed, stopped, accounted, monitored, removed (tests/compose/run.sh; as root).
 compose-test: install
 	PY=$(PY) tests/compose/run.sh
+
+# A Redis Cluster (three primaries, three replicas) on 127.0.0.1:7001-7006, for cluster mode:
+# REDIS_URL=redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 (docs/SCALING.md).
+redis-cluster-up:
+	deploy/local/redis-cluster.sh up
+
+redis-cluster-down:
+	deploy/local/redis-cluster.sh down
+
+# Crawls against that cluster: the pipeline with exact accounting, then a primary killed mid-crawl.
+faults-redis-cluster: install redis-cluster-up
+	$(PY) -m tests.prepare
+	$(PY) -m pytest -m cluster tests/integration/test_redis_cluster.py tests/faults_cluster/test_redis_cluster.py; \
+		status=$$?; deploy/local/redis-cluster.sh down; exit $$status
+
+faults-cluster: faults-redis-cluster
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -38,8 +38,8 @@ class _Deferring:
     _held: threading.local
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._held = threading.local()  # first: a cluster client sends commands while it starts
         super().__init__(*args, **kwargs)
-        self._held = threading.local()
 
     def defer(self, *command: Any) -> None:
         """Hold a write, e.g. defer("SET", key, value, "PX", 1000), for this thread's next command."""
