@@ -67,17 +67,17 @@ def replica_of(primary: Node) -> Node:
     return next(node for node in nodes() if not node.primary and node.primary_id == primary.node_id)
 
 
-def wait_healthy(timeout_s: float = 30.0) -> None:
-    """Until the cluster says ok and has three primaries with a replica each."""
+def wait_healthy(timeout_s: float = 30.0, members: int = 6) -> None:
+    """Until the cluster says ok and has three primaries, `members` nodes in all."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        found = nodes()
         try:
-            info = node_client(PORTS[0]).execute_command("CLUSTER INFO")
-            found = nodes()
-            if info.get("cluster_state") == "ok" and sum(n.primary for n in found) == 3 and len(found) == 6:
-                return
+            info = node_client(found[0].port).execute_command("CLUSTER INFO") if found else {}
         except redis.RedisError:
-            pass
+            info = {}
+        if info.get("cluster_state") == "ok" and sum(n.primary for n in found) == 3 and len(found) == members:
+            return
         time.sleep(0.2)
     raise AssertionError(f"the Redis Cluster on {PORTS} is not healthy after {timeout_s} s")
 
