@@ -2,26 +2,26 @@
 
 With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` lists them:
 
-    crawl:seen:{<run>:<bb>}<bb'> hash   dedup fingerprints of one run (field = fingerprint tail);
-                                        bucket = 4 hex digits, the first two in the hash tag
-    crawl:run:<run>:stats        hash   counters of one run (enqueued.<queue>, retries, cache_hits, ...)
+    crawl:seen:{<run>:<bb>}<bb'>     hash   dedup fingerprints of one run (field = fingerprint tail);
+                                            bucket = 4 hex digits, the first two in the hash tag
+    crawl:run:<run>:stats            hash   counters of one run (enqueued.<queue>, retries, cache_hits, ...)
     crawl:run:<run>:producer:<owner> string present while producer process <owner> is alive (expires)
     crawl:run:{<run>:<bb>}:producer:<owner>  the same, one per bucket group, on a Redis Cluster
-    crawl:run:<run>:state        string paused | cancelled (ops/runs.py); absent: running
-    crawl:run:<run>:seeded       string the summary of the run's completed seeding (producer --once)
-    crawl:rate:{<domain>}        string GCRA theoretical arrival time of a domain (expires)
-    crawl:cache:<fingerprint>    string cached response (expires after CACHE_TTL_S)
-    crawl:sent:{<domain>}        string server time of the domain's latest request, µs (expires)
-    crawl:pause:{<domain>}        string the domain asked us to stay away (Retry-After; expires)
-    crawl:backoff:{<domain>}      hash   interval multiplier after 429/503 without Retry-After (expires)
-    crawl:inflight:{<domain>}     zset   concurrency leases: member = lease id, score = its expiry
-    crawl:robots:<domain>        string the domain's robots.txt verdict and text (expires)
-    crawl:robots-lock:<domain>   string held by the one worker fetching robots.txt (expires)
-    crawl:proxy-failures:{<proxy>}string recent failures of a proxy (expires)
-    crawl:proxy-bench:{<proxy>}  string present while a proxy is benched (expires)
-    crawl:deliveries:{<message>}  string redeliveries of one message, to bound a crash loop (expires)
-    crawl:handling:{<message>}  string a handler has started on this message (expires)
-    crawl:worker:<worker id>     string a running worker's presence, for status (expires)
+    crawl:run:<run>:state            string paused | cancelled (ops/runs.py); absent: running
+    crawl:run:<run>:seeded           string the summary of the run's completed seeding (producer --once)
+    crawl:rate:{<domain>}            string GCRA theoretical arrival time of a domain (expires)
+    crawl:cache:<fingerprint>        string cached response (expires after CACHE_TTL_S)
+    crawl:sent:{<domain>}            string server time of the domain's latest request, µs (expires)
+    crawl:pause:{<domain>}           string the domain asked us to stay away (Retry-After; expires)
+    crawl:backoff:{<domain>}         hash   interval multiplier after 429/503 without Retry-After (expires)
+    crawl:inflight:{<domain>}        zset   concurrency leases: member = lease id, score = its expiry
+    crawl:robots:<domain>            string the domain's robots.txt verdict and text (expires)
+    crawl:robots-lock:<domain>       string held by the one worker fetching robots.txt (expires)
+    crawl:proxy-failures:{<proxy>}   string recent failures of a proxy (expires)
+    crawl:proxy-bench:{<proxy>}      string present while a proxy is benched (expires)
+    crawl:deliveries:{<message>}     string redeliveries of one message, to bound a crash loop (expires)
+    crawl:handling:{<message>}       string a handler has started on this message (expires)
+    crawl:worker:<worker id>         string a running worker's presence, for status (expires)
 
 The part in {braces} is a hash tag: on a Redis Cluster only it picks the key's slot, so the keys
 one Lua script touches share a slot (shared/redis_cluster.py): a domain's rate-limit keys, a

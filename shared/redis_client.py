@@ -1,5 +1,8 @@
 """The one place Redis clients are made: `connect_redis(settings, use)`.
 
+A redis+cluster:// REDIS_URL makes a RedisCluster instead (shared/redis_cluster.py); the waits
+below are the same in both modes.
+
 Clients differ only in how long they wait on Redis, and each wait is chosen for what the client
 is used for. A timed-out or refused command becomes ServiceUnavailable where it is translated
 (shared/redis_errors.py), so a wait is also how soon the caller hears that Redis is away.
