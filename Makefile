@@ -12,7 +12,8 @@ RECRAWL_OF ?=
 
 .PHONY: all install demo crawl test test-latest unit integration e2e faults bench lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
-	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status faults-cluster
+	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
+	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster
 
 all: lint typecheck test
 
@@ -81,10 +82,11 @@ rabbitmq-cluster-status:
 
 # The cluster's own scenarios: quorum queues spread over the three nodes, and a crawl that loses
 # two of them mid-run. Brings the cluster up, runs them, and takes it down whatever the outcome.
-faults-cluster: install
+faults-rabbitmq-cluster: install
 	deploy/local/rabbitmq-cluster.sh up
 	CLUSTER_AMQP_URL="$$(deploy/local/rabbitmq-cluster.sh url)" FAULTS_SIZE=$(FAULTS_SIZE) \
-		$(PY) -m pytest -m cluster tests/faults_cluster; status=$$?; \
+		$(PY) -m pytest -m cluster tests/faults_cluster/test_quorum_spread.py \
+		tests/faults_cluster/test_rabbitmq_cluster.py; status=$$?; \
 		deploy/local/rabbitmq-cluster.sh down; exit $$status
 
 # Our pipeline beside Scrapy on the same local sites, in one run; prints one table
@@ -135,6 +137,23 @@ images-offline:
 # killed, stopped, accounted, monitored, removed (tests/compose/run.sh; as root).
 compose-test: install
 	PY=$(PY) tests/compose/run.sh
+
+# A Redis Cluster (three primaries, three replicas) on 127.0.0.1:7001-7006, for cluster mode:
+# REDIS_URL=redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 (docs/SCALING.md).
+redis-cluster-up:
+	deploy/local/redis-cluster.sh up
+
+redis-cluster-down:
+	deploy/local/redis-cluster.sh down
+
+# Crawls against that cluster: the pipeline with exact accounting, then a primary killed mid-crawl.
+faults-redis-cluster: install redis-cluster-up
+	$(PY) -m tests.prepare
+	$(PY) -m pytest -m cluster tests/integration/test_redis_cluster_pipeline.py tests/faults_cluster/test_redis_cluster.py; \
+		status=$$?; deploy/local/redis-cluster.sh down; exit $$status
+
+# Every cluster scenario: the RabbitMQ cluster's, then the Redis Cluster's.
+faults-cluster: faults-rabbitmq-cluster faults-redis-cluster
 
 clean:
 	rm -rf $(VENV) $(VENV_LATEST) .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,8 @@
 """The one place Redis clients are made: `connect_redis(settings, use)`.
 
+A redis+cluster:// REDIS_URL makes a RedisCluster instead (shared/redis_cluster.py); the waits
+below are the same in both modes.
+
 Clients differ only in how long they wait on Redis, and each wait is chosen for what the client
 is used for. A timed-out or refused command becomes ServiceUnavailable where it is translated
 (shared/redis_errors.py), so a wait is also how soon the caller hears that Redis is away.
@@ -20,9 +23,12 @@ is used for. A timed-out or refused command becomes ServiceUnavailable where it 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 
+from shared.redis_cluster import cluster_nodes, is_cluster_url
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 
@@ -48,17 +54,23 @@ def connect_redis(
     use: RedisUse,
     *,
     client_class: type[redis.Redis] = redis.Redis,
+    cluster_class: type[RedisCluster] = RedisCluster,
     ping: bool = False,
 ) -> redis.Redis:
-    """A client of `client_class` (binary replies, no decoding) for settings.redis_url. With
-    `ping`, it is checked at once, so a service that cannot start without Redis says so before
-    doing anything else (ServiceUnavailable); otherwise it connects at its first command."""
-    client = client_class.from_url(
-        settings.redis_url,
-        socket_timeout=use.command_timeout_s,
-        socket_connect_timeout=use.connect_timeout_s,
-        health_check_interval=use.idle_check_s,
-    )
+    """A client of `client_class` (binary replies, no decoding) for settings.redis_url, or of
+    `cluster_class` for a redis+cluster:// URL. With `ping`, it is checked at once, so a service
+    that cannot start without Redis says so before doing anything else (ServiceUnavailable);
+    otherwise it connects at its first command."""
+    client: redis.Redis
+    if is_cluster_url(settings.redis_url):
+        client = _cluster_client(settings.redis_url, use, cluster_class)
+    else:
+        client = client_class.from_url(
+            settings.redis_url,
+            socket_timeout=use.command_timeout_s,
+            socket_connect_timeout=use.connect_timeout_s,
+            health_check_interval=use.idle_check_s,
+        )
     if ping:
         try:
             with translate_redis_errors(settings.redis_url):
@@ -67,3 +79,20 @@ def connect_redis(
             client.close()
             raise
     return client
+
+
+def _cluster_client(url: str, use: RedisUse, cluster_class: type[RedisCluster]) -> redis.Redis:
+    """A cluster client, typed as redis.Redis. While a dead primary's replica takes over, a
+    command to its slots fails; the client re-reads the slot map and retries with backoff (its
+    defaults) before the caller hears ServiceUnavailable and pauses on its own.
+
+    Typed as redis.Redis: it answers the same commands, and the few places
+    where a cluster differs (scripts over keys of many slots, SCAN, pipelines) check for
+    RedisCluster themselves (shared/redis_cluster.py)."""
+    client = cluster_class(
+        startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],  # type: ignore[no-untyped-call]
+        socket_timeout=use.command_timeout_s,
+        socket_connect_timeout=use.connect_timeout_s,
+        health_check_interval=use.idle_check_s,
+    )
+    return cast(redis.Redis, client)

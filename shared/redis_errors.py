@@ -23,6 +23,9 @@ def redis_address(where: str | redis.Redis) -> str:
     """A printable address for a Redis URL or client, password removed."""
     if isinstance(where, str):
         return redact(where)
+    if not hasattr(where, "connection_pool"):  # a RedisCluster: its first node names it
+        nodes = getattr(where, "startup_nodes", {})
+        return "cluster " + ",".join(str(name) for name in list(nodes)[:3])
     kwargs = where.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"
@@ -37,6 +40,14 @@ def translate_redis_errors(where: str | redis.Redis) -> Iterator[None]:
     """
     try:
         yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+    except (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        # A Redis Cluster between a primary's death and its replica's promotion: the slots of
+        # that primary are down for a moment, and the same command succeeds a little later.
+        redis.exceptions.ClusterError,
+        redis.exceptions.ClusterDownError,
+        redis.exceptions.TryAgainError,
+    ) as exc:
         detail = (str(exc).strip() or type(exc).__name__).splitlines()[0]  # one line for the user
         raise ServiceUnavailable("Redis", redis_address(where), detail, START_HINT) from None

@@ -20,11 +20,12 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError
+from shared.redis_cluster import cluster_nodes, is_cluster_url
 
 # The schemes each service URL may have; anything else is a mistake to report before connecting.
 URL_SCHEMES = {
     "amqp_url": ("amqp", "amqps"),
-    "redis_url": ("redis", "rediss", "unix"),
+    "redis_url": ("redis", "rediss", "unix"),  # or redis+cluster:// (shared/redis_cluster.py)
     "database_url": ("postgresql", "postgres"),
     "rabbitmq_management_url": ("http", "https"),
 }
@@ -202,11 +203,7 @@ class Settings:
             from shared.netguard import parse_allowlist
 
             parse_allowlist(self.fetch_allowlist)  # raises ConfigError naming a bad entry
-        if not amqp_urls(self.amqp_url):
-            raise ConfigError("AMQP_URL: no URL given; expected amqp://... (several separated by commas)")
-        for name, schemes in URL_SCHEMES.items():
-            for url in amqp_urls(self.amqp_url) if name == "amqp_url" else [getattr(self, name)]:
-                _check_url(name.upper(), url, schemes)
+        _check_service_urls(self)
         _check_with_client_libraries(self)
         for name in FILE_SETTINGS:
             if getattr(self, name):
@@ -215,6 +212,18 @@ class Settings:
     def retry_delay_s(self, attempt: int) -> float:
         """Delay before the attempt after `attempt` failed ones (1-based); the last delay repeats."""
         return self.retry_delays_s[min(attempt, len(self.retry_delays_s)) - 1]
+
+
+def _check_service_urls(settings: Settings) -> None:
+    """AMQP_URL (one node or several), REDIS_URL (one server or a cluster) and DATABASE_URL."""
+    if not amqp_urls(settings.amqp_url):
+        raise ConfigError("AMQP_URL: no URL given; expected amqp://... (several separated by commas)")
+    for name, schemes in URL_SCHEMES.items():
+        if name == "redis_url" and is_cluster_url(settings.redis_url):
+            cluster_nodes(settings.redis_url)  # raises ConfigError naming a bad node
+            continue
+        for url in amqp_urls(settings.amqp_url) if name == "amqp_url" else [getattr(settings, name)]:
+            _check_url(name.upper(), url, schemes)
 
 
 def _check_values(settings: Settings) -> None:
@@ -309,7 +318,11 @@ def _check_with_client_libraries(settings: Settings) -> None:
 
     checks: tuple[tuple[str, str, Any], ...] = (
         *(("AMQP_URL", url, pika.URLParameters) for url in amqp_urls(settings.amqp_url)),
-        ("REDIS_URL", settings.redis_url, redis.connection.parse_url),
+        *(
+            ()
+            if is_cluster_url(settings.redis_url)
+            else (("REDIS_URL", settings.redis_url, redis.connection.parse_url),)
+        ),
         ("DATABASE_URL", settings.database_url, psycopg.conninfo.conninfo_to_dict),
     )
     for name, url, parse in checks:

@@ -26,14 +26,20 @@ import threading
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 log = logging.getLogger(__name__)
 
 
-class DeferringRedis(redis.Redis):
+class _Deferring:
+    """Held writes for either client below. On a Redis Cluster the pipeline sends each command
+    to the primary of its key's slot (one round trip per primary), never as a transaction."""
+
+    _held: threading.local
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._held = threading.local()  # first: a cluster client sends commands while it starts
         super().__init__(*args, **kwargs)
-        self._held = threading.local()
 
     def defer(self, *command: Any) -> None:
         """Hold a write, e.g. defer("SET", key, value, "PX", 1000), for this thread's next command."""
@@ -46,7 +52,7 @@ class DeferringRedis(redis.Redis):
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         if not self._writes():
-            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            return super().execute_command(*args, **options)  # type: ignore[misc]
         return self._send_with_held((args, options))
 
     def _writes(self) -> list[tuple[Any, ...]]:
@@ -58,12 +64,12 @@ class DeferringRedis(redis.Redis):
     def _send_with_held(self, command: tuple[tuple[Any, ...], dict[str, Any]] | None) -> Any:
         writes = self._writes()
         held, writes[:] = list(writes), []
-        pipe = self.pipeline(transaction=False)
+        pipe = self.pipeline(transaction=False)  # type: ignore[attr-defined]
         for write in held:
-            pipe.execute_command(*write)  # type: ignore[no-untyped-call]
+            pipe.execute_command(*write)
         if command is not None:
             args, options = command
-            pipe.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            pipe.execute_command(*args, **options)
         replies = pipe.execute(raise_on_error=False)
         for write, reply in zip(held, replies, strict=False):
             if isinstance(reply, Exception):
@@ -76,9 +82,17 @@ class DeferringRedis(redis.Redis):
         return reply
 
 
+class DeferringRedis(_Deferring, redis.Redis):
+    pass
+
+
+class DeferringRedisCluster(_Deferring, RedisCluster):
+    pass
+
+
 def write_later(client: redis.Redis, *command: Any) -> None:
     """`command` deferred when the client can hold it, else sent now."""
-    if isinstance(client, DeferringRedis):
+    if isinstance(client, _Deferring):
         client.defer(*command)
     else:
         client.execute_command(*command)  # type: ignore[no-untyped-call]
@@ -86,5 +100,5 @@ def write_later(client: redis.Redis, *command: Any) -> None:
 
 def flush(client: redis.Redis) -> None:
     """Send what this thread holds, when the client holds writes at all."""
-    if isinstance(client, DeferringRedis):
+    if isinstance(client, _Deferring):
         client.flush()

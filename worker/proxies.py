@@ -22,9 +22,11 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 import redis
+from redis.cluster import RedisCluster
 
 from shared.errors import ConfigError, TransientError
 from shared.keys import Keys
+from shared.redis_cluster import by_slot
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 from worker.politeness import TryLater
@@ -118,8 +120,15 @@ class RedisBench:
         self._benched = client.register_script(_BENCHED_LUA)
 
     def benched_s(self, labels: Sequence[str]) -> list[float]:
+        keys = [self._keys.proxy_bench(label) for label in labels]
         with translate_redis_errors(self._client):
-            remaining = self._benched(keys=[self._keys.proxy_bench(label) for label in labels])
+            if not isinstance(self._client, RedisCluster):
+                remaining = self._benched(keys=keys)
+            else:  # each proxy's keys have a slot of their own: one call per slot
+                remaining = [0] * len(keys)
+                for group_keys, positions in by_slot(keys, range(len(keys))).values():
+                    for i, ms in zip(positions, self._benched(keys=group_keys), strict=True):
+                        remaining[i] = ms
         return [max(0, int(ms)) / 1000 for ms in remaining]
 
     def failed(self, label: str) -> bool:

@@ -20,7 +20,7 @@ from shared.runstate import RunStates
 from shared.settings import Settings
 from shared.topology import build_topology
 from worker.cache import ResponseCache
-from worker.deferred_writes import DeferringRedis
+from worker.deferred_writes import DeferringRedis, DeferringRedisCluster
 from worker.fetch import Fetcher, Validators
 from worker.handled import HandledMarks
 from worker.handler import CrawlHandler
@@ -53,7 +53,9 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
 def connect_worker_redis(settings: Settings) -> redis.Redis:
     """The worker's one client, shared by its handler threads: a DeferringRedis, so writes
     nothing waits for ride along with a thread's next command (worker/deferred_writes.py)."""
-    return connect_redis(settings, WORKER, client_class=DeferringRedis, ping=True)
+    return connect_redis(
+        settings, WORKER, client_class=DeferringRedis, cluster_class=DeferringRedisCluster, ping=True
+    )
 
 
 class HttpFetch:
