@@ -7,20 +7,13 @@ import threading
 import pytest
 
 from shared.holds import HeldMessages
+from tests.fakes import FakeTime
 
 pytestmark = pytest.mark.unit
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_nothing_is_due_before_its_time_and_everything_due_comes_out_earliest_first() -> None:
-    clock = FakeClock()
+    clock = FakeTime(now=100.0)
     held: HeldMessages[str] = HeldMessages(clock)
     held.hold("late", 5.0)
     held.hold("early", 1.0)
@@ -33,7 +26,7 @@ def test_nothing_is_due_before_its_time_and_everything_due_comes_out_earliest_fi
 
 
 def test_items_due_together_keep_the_order_they_were_held_in() -> None:
-    clock = FakeClock()
+    clock = FakeTime(now=100.0)
     held: HeldMessages[dict[str, int]] = HeldMessages(clock)  # items that cannot be compared
     for n in range(5):
         held.hold({"n": n}, 2.0)
@@ -42,13 +35,13 @@ def test_items_due_together_keep_the_order_they_were_held_in() -> None:
 
 
 def test_a_negative_delay_is_due_at_once() -> None:
-    held: HeldMessages[str] = HeldMessages(FakeClock())
+    held: HeldMessages[str] = HeldMessages(FakeTime(now=100.0))
     held.hold("now", -1.0)
     assert held.take_due() == ["now"]
 
 
 def test_stopping_takes_everything_due_or_not() -> None:
-    clock = FakeClock()
+    clock = FakeTime(now=100.0)
     held: HeldMessages[str] = HeldMessages(clock)
     held.hold("b", 50.0)
     held.hold("a", 10.0)
@@ -56,7 +49,7 @@ def test_stopping_takes_everything_due_or_not() -> None:
 
 
 def test_the_timer_sleeps_no_longer_than_the_earliest_item_or_the_bound() -> None:
-    clock = FakeClock()
+    clock = FakeTime(now=100.0)
     held: HeldMessages[str] = HeldMessages(clock)
     waits: list[float | None] = []
 

@@ -20,6 +20,7 @@ from shared.broker import Publication
 from shared.consumer import ConsumerRuntime, Delivery, Outcome
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
+from tests.fakes import FakeTime
 from tests.unit.test_store_isolation import FakeDatabase, write_batch
 
 pytestmark = pytest.mark.unit
@@ -27,21 +28,6 @@ pytestmark = pytest.mark.unit
 
 def down(attempt: int) -> ServiceUnavailable:
     return ServiceUnavailable("PostgreSQL", "127.0.0.1", f"refused on attempt {attempt}")
-
-
-@dataclass
-class Clock:
-    """Time that passes only when slept."""
-
-    now: float = 0.0
-    pauses: list[float] = field(default_factory=list)
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.pauses.append(seconds)
-        self.now += seconds
 
 
 @dataclass
@@ -58,7 +44,7 @@ class Flaky:
         return "done"
 
 
-def policy(stop: StopBaseT, clock: Clock, logged: list[float] | None = None) -> Retrying:
+def policy(stop: StopBaseT, clock: FakeTime, logged: list[float] | None = None) -> Retrying:
     pauses_logged = [] if logged is None else logged
     return retrying.patiently(
         ServiceUnavailable, stop, clock.sleep, lambda _error, pause_s: pauses_logged.append(pause_s)
@@ -69,23 +55,23 @@ def policy(stop: StopBaseT, clock: Clock, logged: list[float] | None = None) -> 
 
 
 def test_pauses_double_from_one_second_up_to_fifteen_and_the_last_error_is_raised_as_it_is() -> None:
-    clock, call = Clock(), Flaky(failures=10**6)
+    clock, call = FakeTime(), Flaky(failures=10**6)
     logged: list[float] = []
     with pytest.raises(ServiceUnavailable, match=r"refused on attempt 8$"):
         policy(retrying.stop_after_pausing(60.0), clock, logged)(call)
-    assert clock.pauses == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]  # 60 s of pauses: no more
-    assert logged == clock.pauses  # each pause logged before it starts
+    assert clock.slept == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]  # 60 s of pauses: no more
+    assert logged == clock.slept  # each pause logged before it starts
     assert call.calls == 8
 
 
 def test_a_call_that_comes_back_returns_its_answer() -> None:
-    clock, call = Clock(), Flaky(failures=3)
+    clock, call = FakeTime(), Flaky(failures=3)
     assert policy(retrying.stop_after_pausing(60.0), clock)(call) == "done"
-    assert clock.pauses == [1.0, 2.0, 4.0] and call.calls == 4
+    assert clock.slept == [1.0, 2.0, 4.0] and call.calls == 4
 
 
 def test_errors_it_does_not_name_are_not_tried_again() -> None:
-    clock, calls = Clock(), []
+    clock, calls = FakeTime(), []
 
     def broken() -> None:
         calls.append(1)
@@ -93,14 +79,14 @@ def test_errors_it_does_not_name_are_not_tried_again() -> None:
 
     with pytest.raises(ValueError, match="a bug"):
         policy(retrying.stop_after_pausing(60.0), clock)(broken)
-    assert calls == [1] and clock.pauses == []
+    assert calls == [1] and clock.slept == []
 
 
 def test_a_deadline_stops_before_a_pause_that_would_end_past_it() -> None:
-    clock, call = Clock(), Flaky(failures=10**6)
+    clock, call = FakeTime(), Flaky(failures=10**6)
     with pytest.raises(ServiceUnavailable, match=r"attempt 4$"):
         policy(retrying.stop_before(10.0, clock.time), clock)(call)
-    assert clock.pauses == [1.0, 2.0, 4.0]  # at 7 s, a pause of 8 s would end at 15 s
+    assert clock.slept == [1.0, 2.0, 4.0]  # at 7 s, a pause of 8 s would end at 15 s
     assert clock.now == 7.0
 
 
@@ -315,7 +301,9 @@ class MemoryDedup:
 URLS = [SitemapEntry(f"http://example.com/{i}", "seeds") for i in range(4)]  # one batch
 
 
-def pipeline(broker: RefusingBroker, dedup: MemoryDedup, clock: Clock, patience_s: float = 240.0) -> Pipeline:
+def pipeline(
+    broker: RefusingBroker, dedup: MemoryDedup, clock: FakeTime, patience_s: float = 240.0
+) -> Pipeline:
     return Pipeline(
         "r",
         "ns",
@@ -334,42 +322,42 @@ PUBLISH_PAUSES = [min(RETRY_PAUSE_S * 2**n, MAX_RECONNECT_PAUSE_S) for n in rang
 
 
 def test_refused_publishes_are_tried_again_a_growing_pause_apart_and_confirmed() -> None:
-    broker, dedup, clock = RefusingBroker(refusals=PUBLISH_ATTEMPTS - 1), MemoryDedup(), Clock()
+    broker, dedup, clock = RefusingBroker(refusals=PUBLISH_ATTEMPTS - 1), MemoryDedup(), FakeTime()
     counts = pipeline(broker, dedup, clock).run(URLS)
     assert (counts.enqueued_total, counts.publish_failed) == (4, 0)
     assert broker.calls == PUBLISH_ATTEMPTS and set(broker.tries.values()) == {PUBLISH_ATTEMPTS}
-    assert clock.pauses == PUBLISH_PAUSES == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
+    assert clock.slept == PUBLISH_PAUSES == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
 
 
 def test_publishes_refused_every_time_are_given_up_after_the_last_attempt_and_released() -> None:
-    broker, dedup, clock = RefusingBroker(refusals=10**6), MemoryDedup(), Clock()
+    broker, dedup, clock = RefusingBroker(refusals=10**6), MemoryDedup(), FakeTime()
     counts = pipeline(broker, dedup, clock).run(URLS)
     assert (counts.enqueued_total, counts.publish_failed) == (0, 4)
-    assert broker.calls == PUBLISH_ATTEMPTS and clock.pauses == PUBLISH_PAUSES
+    assert broker.calls == PUBLISH_ATTEMPTS and clock.slept == PUBLISH_PAUSES
     assert dedup.state == {}  # released: a re-run publishes them
 
 
 def test_an_unreachable_broker_during_a_retry_is_waited_for_without_using_up_an_attempt() -> None:
     broker = RefusingBroker(refusals=1, unreachable={2, 3, 4})  # the retry meets 3 refusals to connect
-    dedup, clock = MemoryDedup(), Clock()
+    dedup, clock = MemoryDedup(), FakeTime()
     counts = pipeline(broker, dedup, clock).run(URLS)
     assert (counts.enqueued_total, counts.publish_failed) == (4, 0)
-    assert clock.pauses == [RETRY_PAUSE_S, 1.0, 2.0, 4.0]
+    assert clock.slept == [RETRY_PAUSE_S, 1.0, 2.0, 4.0]
 
 
 def test_patience_has_a_bound_on_the_injected_clock_and_then_the_retry_is_given_up() -> None:
     broker = RefusingBroker(refusals=1, unreachable=set(range(2, 10**6)))
-    dedup, clock = MemoryDedup(), Clock()
+    dedup, clock = MemoryDedup(), FakeTime()
     counts = pipeline(broker, dedup, clock, patience_s=60.0).run(URLS)
     assert (counts.enqueued_total, counts.publish_failed) == (0, 4)
     # The retry pause, then from 1 s: 1+2+4+8+15+15+15 = 60 s, all within the patience; one
     # more 15 s pause would end past it, so the retry gives up after its 8th call.
-    assert clock.pauses == [RETRY_PAUSE_S, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
+    assert clock.slept == [RETRY_PAUSE_S, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
     assert broker.calls == 1 + 8 and dedup.state == {}
 
 
 def test_an_unreachable_redis_is_waited_for_with_the_same_pauses() -> None:
-    broker, dedup, clock = RefusingBroker(), MemoryDedup(unreachable_calls=3), Clock()
+    broker, dedup, clock = RefusingBroker(), MemoryDedup(unreachable_calls=3), FakeTime()
     counts = pipeline(broker, dedup, clock).run(URLS)
     assert (counts.enqueued_total, counts.publish_failed) == (4, 0)
-    assert clock.pauses == [1.0, 2.0, 4.0]
+    assert clock.slept == [1.0, 2.0, 4.0]
