@@ -8,10 +8,11 @@ WORKERS ?= 3
 SITEMAP ?=
 RUN_ID ?=
 FAULTS_SIZE ?= small
+DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
 .PHONY: all install demo crawl test test-latest unit integration e2e faults bench lint typecheck up down \
-	clean images-offline compose-test
+	clean images-offline compose-test deep-up deep-down bench-deep
 
 all: lint typecheck test
 
@@ -72,6 +73,17 @@ faults: install
 bench: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.perf
+
+# A deep frontier (docs/SCALING.md): DEEP_URLS queued at once on a RabbitMQ node and a Redis of
+# their own (deep-up / deep-down, loopback only), never the shared ones.
+deep-up:
+	deploy/local/deep.sh up
+
+deep-down:
+	deploy/local/deep.sh down
+
+bench-deep: install
+	$(PY) -m bench.deep_frontier --urls $(DEEP_URLS)
 
 lint: install
 	$(PY) -m ruff check .
