@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -198,11 +198,13 @@ class Crawl:
     pages: int = 0
     elapsed_s: float = 0.0
     cpu_s: float = 0.0
+    each_round: list[float] = field(default_factory=list)  # pages/s
 
     def add(self, pages: int, elapsed_s: float, cpu_s: float) -> None:
         self.pages += pages
         self.elapsed_s += elapsed_s
         self.cpu_s += cpu_s
+        self.each_round.append(round(pages / elapsed_s, 1) if elapsed_s else 0.0)
 
     @property
     def pages_per_s(self) -> float:
@@ -319,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                 produce(shallow_env, shallow, f"http://127.0.0.1:{SITEMAP_PORT}/small.xml.gz", log_dir)
                 shallow_crawl.add(*crawl_pages(shallow_env, shallow, args.pages, args.workers, log_dir))
                 print(
-                    f"round {round_number + 1}: deep {deep_crawl.pages_per_s:.0f} pages/s, "
-                    f"shallow {shallow_crawl.pages_per_s:.0f} pages/s (running totals)",
+                    f"round {round_number + 1}: deep {deep_crawl.each_round[-1]:.0f} pages/s, "
+                    f"shallow {shallow_crawl.each_round[-1]:.0f} pages/s",
                     flush=True,
                 )
             results["rabbitmq"]["messages_after_crawl"] = rabbit_figures(services, deep)["messages"]
@@ -331,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                 "rounds": args.rounds,
                 "deep_pages_per_s": round(deep_crawl.pages_per_s, 1),
                 "shallow_pages_per_s": round(shallow_crawl.pages_per_s, 1),
+                "deep_each_round": deep_crawl.each_round,
+                "shallow_each_round": shallow_crawl.each_round,
                 "deep_over_shallow": round(deep_crawl.pages_per_s / max(shallow_crawl.pages_per_s, 1e-9), 3),
                 "deep_cpu_ms_per_page": round(deep_crawl.cpu_ms_per_page, 2),
                 "shallow_cpu_ms_per_page": round(shallow_crawl.cpu_ms_per_page, 2),
