@@ -97,6 +97,16 @@ def _write_urlset(path: Path, numbers: range, hosts: int) -> None:
     path.write_bytes(gzip.compress(xml.encode(), compresslevel=1))
 
 
+def write_tail(directory: Path, urls: int, hosts: int, shallow: int, round_number: int) -> str:
+    """A sitemap of `shallow` URLs from the far end of the range, different in every round, so
+    the shallow side asks the page site for pages it has not built yet, as the deep side does
+    (the site keeps each page it builds)."""
+    end = max(urls - round_number * shallow, shallow)
+    name = f"tail-{round_number}.xml.gz"
+    _write_urlset(directory / name, range(max(end - shallow, 0), end), hosts)
+    return name
+
+
 @contextlib.contextmanager
 def serving(directory: Path) -> Iterator[None]:
     class Quiet(SimpleHTTPRequestHandler):
@@ -151,6 +161,9 @@ def rabbit_figures(services: Services, namespace: str, expected: int = 0) -> dic
             break
         time.sleep(2)
     node = management(services, f"/api/nodes/{services.node}")
+    while "mem_used" not in node and time.monotonic() < deadline:  # a node just started has none yet
+        time.sleep(2)
+        node = management(services, f"/api/nodes/{services.node}")
     du = subprocess.run(
         ["du", "-sb", str(services.data_dir)], capture_output=True, text=True, check=True
     ).stdout.split()[0]
@@ -318,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                 shallow = f"{deep}s{round_number}"
                 shallow_env = {**pipeline_env(shallow, args.concurrency), **services.env(), "PG_SCHEMA": deep}
                 shallow_settings.append(Settings.from_env(shallow_env))
-                produce(shallow_env, shallow, f"http://127.0.0.1:{SITEMAP_PORT}/small.xml.gz", log_dir)
+                tail = write_tail(sitemaps, args.urls, args.hosts, SHALLOW_URLS, round_number)
+                produce(shallow_env, shallow, f"http://127.0.0.1:{SITEMAP_PORT}/{tail}", log_dir)
                 shallow_crawl.add(*crawl_pages(shallow_env, shallow, args.pages, args.workers, log_dir))
                 print(
                     f"round {round_number + 1}: deep {deep_crawl.each_round[-1]:.0f} pages/s, "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.deep_frontier import URLS_PER_SITEMAP, write_sitemaps
+from bench.deep_frontier import URLS_PER_SITEMAP, write_sitemaps, write_tail
 from bench.perf_site import Site, SiteSpec
 
 pytestmark = pytest.mark.unit
@@ -47,3 +47,16 @@ def test_the_page_site_answers_the_last_generated_url(tmp_path: Path) -> None:
     assert site.answer(host_index, "/" + path)[0] == 200
     assert site.answer(host_index, f"/p/{-(-urls // hosts)}.html")[0] == 404
     assert site.sitemaps == {}
+
+
+def test_each_shallow_round_gets_urls_no_other_round_and_no_deep_round_reaches_first(tmp_path: Path) -> None:
+    def urls_of(name: str) -> list[str]:
+        return re.findall(r"<loc>([^<]+)</loc>", gzip.decompress((tmp_path / name).read_bytes()).decode())
+
+    write_sitemaps(tmp_path, urls=10_000, hosts=3, shallow=100)
+    rounds = [urls_of(write_tail(tmp_path, 10_000, 3, 1_000, r)) for r in range(3)]
+
+    assert [len(r) for r in rounds] == [1_000, 1_000, 1_000]
+    assert len({url for r in rounds for url in r}) == 3_000
+    every = urls_of("part-00000.xml.gz")
+    assert rounds[0] == every[-1_000:]  # the far end of the deep queue, which drains from the front
