@@ -8,12 +8,14 @@ WORKERS ?= 3
 SITEMAP ?=
 RUN_ID ?=
 FAULTS_SIZE ?= small
+DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
 .PHONY: all install demo crawl test test-latest unit integration e2e faults bench lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
-	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster
+	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
+	deep-up deep-down bench-deep
 
 all: lint typecheck test
 
@@ -113,6 +115,17 @@ test-pgbouncer: install
 # 16 worker processes writing directly, then through it, in alternating rounds (about 5 minutes).
 bench-pgbouncer: install
 	$(PY) -m bench.pgbouncer --pgbouncer-port $(PGBOUNCER_PORT)
+
+# A deep frontier (docs/SCALING.md): DEEP_URLS queued at once on a RabbitMQ node and a Redis of
+# their own (deep-up / deep-down, loopback only), never the shared ones.
+deep-up:
+	deploy/local/deep.sh up
+
+deep-down:
+	deploy/local/deep.sh down
+
+bench-deep: install
+	$(PY) -m bench.deep_frontier --urls $(DEEP_URLS)
 
 lint: install
 	$(PY) -m ruff check .

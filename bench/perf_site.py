@@ -114,9 +114,10 @@ def sitemap_files(spec: SiteSpec) -> dict[str, bytes]:
 
 
 class Site:
-    def __init__(self, spec: SiteSpec) -> None:
+    def __init__(self, spec: SiteSpec, with_sitemaps: bool = True) -> None:
         self.spec = spec
-        self.sitemaps = sitemap_files(spec)
+        # Millions of pages (bench/deep_frontier.py) have their sitemaps written to disk elsewhere.
+        self.sitemaps = sitemap_files(spec) if with_sitemaps else {}
         self.pages = {h: {} for h in range(spec.hosts)}  # type: dict[int, dict[int, bytes]]
         self.served = 0
         self.real_pages = set(spec.real_paths)
@@ -180,8 +181,8 @@ class Site:
             writer.close()
 
 
-async def serve(spec: SiteSpec) -> None:
-    site = Site(spec)
+async def serve(spec: SiteSpec, with_sitemaps: bool = True) -> None:
+    site = Site(spec, with_sitemaps)
     servers = []
     for h in range(spec.hosts):
 
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8531)
     parser.add_argument("--delay-ms", type=int, default=0)
     parser.add_argument("--root", type=Path, help="serve the HTML pages of this directory")
+    parser.add_argument("--no-sitemaps", action="store_true", help="serve pages and robots.txt only")
     parser.add_argument("--write-urls", metavar="FILE", help="write every page URL to FILE and exit")
     args = parser.parse_args(argv)
     if args.root:
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.write_urls, "w") as out:
             out.write("\n".join(spec.page_urls()) + "\n")
         return 0
-    asyncio.run(serve(spec))
+    asyncio.run(serve(spec, with_sitemaps=not args.no_sitemaps))
     return 0
 
 
