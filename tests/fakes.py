@@ -6,10 +6,13 @@ A fake that only one test file needs stays in that file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
+from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from worker.ratelimit import Reservation
 
@@ -157,3 +160,39 @@ class FakeConnector:
         conn = self.waiting.pop(0)
         self.opened.append(conn)
         return conn
+
+
+@dataclass
+class Claimed:
+    is_new: list[bool]
+    token: bytes = b"lease"
+
+
+@dataclass
+class MemoryDedup:
+    """The producer's dedup (producer/dedup.py) in a dict: claims, confirms and releases;
+    unreachable, as a Redis that is down, for its first `unreachable_calls` calls."""
+
+    unreachable_calls: int = 0
+    state: dict[bytes, str] = field(default_factory=dict)
+
+    def _reach(self) -> None:
+        if self.unreachable_calls:
+            self.unreachable_calls -= 1
+            raise ServiceUnavailable("Redis", "127.0.0.1", "refused")
+
+    def claim(self, fingerprints: Sequence[bytes]) -> Claimed:
+        self._reach()
+        new = [fp not in self.state for fp in fingerprints]
+        self.state.update({fp: "claimed" for fp in fingerprints if fp not in self.state})
+        return Claimed(new)
+
+    def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None:
+        self._reach()
+        self.state.update(dict.fromkeys(fingerprints, "confirmed"))
+
+    def release(self, fingerprints: Sequence[bytes], token: bytes) -> int:
+        self._reach()
+        for fp in fingerprints:
+            self.state.pop(fp, None)
+        return len(fingerprints)

@@ -119,9 +119,9 @@ return {1, math.ceil(wait), 'ok', tostring(multiplier), cleared}
 """
 
 # KEYS 1 latest send (µs)  2 pause   ARGV 1 least spacing µs
-# The last word before a request leaves: refused while the domain is paused, or while the
-# previous request went out less than the spacing ago. Returns {cleared 0|1, wait µs, reason}.
-_CLEAR_TO_SEND_LUA = """
+# The part both send checks below share: refused while the domain is paused, or while the
+# previous request went out less than the spacing ago; leaves `now` and `spacing` set.
+_PAUSE_AND_SPACING_LUA = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local pause_ms = redis.call('PTTL', KEYS[2])
@@ -133,6 +133,9 @@ local due = tonumber(redis.call('GET', KEYS[1]) or '0') + spacing
 if now < due then
   return {0, math.ceil(due - now), 'spacing'}
 end
+"""
+# The last word before a request leaves. Returns {cleared 0|1, wait µs, reason}.
+_CLEAR_TO_SEND_LUA = _PAUSE_AND_SPACING_LUA + """
 redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(spacing / 1000) + 1)
 return {1, 0, 'ok'}
 """
@@ -141,18 +144,7 @@ return {1, 0, 'ok'}
 # 3 lease length µs  4 lease id. The send of a slot reserved ahead: the clear-to-send check
 # above, and the concurrency lease the reservation left for now, in one step; nothing is
 # written unless both pass. Returns {cleared 0|1, wait µs, reason}.
-_CLEAR_HELD_LUA = """
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local pause_ms = redis.call('PTTL', KEYS[2])
-if pause_ms > 0 then
-  return {0, pause_ms * 1000, 'paused'}
-end
-local spacing = tonumber(ARGV[1])
-local due = tonumber(redis.call('GET', KEYS[1]) or '0') + spacing
-if now < due then
-  return {0, math.ceil(due - now), 'spacing'}
-end
+_CLEAR_HELD_LUA = _PAUSE_AND_SPACING_LUA + """
 local cap = tonumber(ARGV[2])
 if cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))

@@ -16,7 +16,7 @@ from producer.sitemaps import SitemapEntry
 from shared.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.messages import CrawlTask
-from tests.fakes import FakeTime
+from tests.fakes import FakeTime, MemoryDedup
 
 pytestmark = pytest.mark.faults
 
@@ -56,41 +56,6 @@ class FlakyBroker:
 
     def publish_batch(self, publications: Sequence[Publication]) -> list[bool]:
         return self.submit(publications).wait()
-
-
-@dataclass
-class Claimed:
-    is_new: list[bool]
-    token: bytes = b"lease"
-
-
-@dataclass
-class MemoryDedup:
-    """Claims, confirms and releases in a dict; unreachable for the first `unreachable_calls`."""
-
-    unreachable_calls: int = 0
-    state: dict[bytes, str] = field(default_factory=dict)
-
-    def _reach(self) -> None:
-        if self.unreachable_calls:
-            self.unreachable_calls -= 1
-            raise down("Redis")
-
-    def claim(self, fingerprints: Sequence[bytes]) -> Claimed:
-        self._reach()
-        new = [fp not in self.state for fp in fingerprints]
-        self.state.update({fp: "claimed" for fp in fingerprints if fp not in self.state})
-        return Claimed(new)
-
-    def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None:
-        self._reach()
-        self.state.update(dict.fromkeys(fingerprints, "confirmed"))
-
-    def release(self, fingerprints: Sequence[bytes], token: bytes) -> int:
-        self._reach()
-        for fp in fingerprints:
-            self.state.pop(fp, None)
-        return len(fingerprints)
 
 
 def pipeline(

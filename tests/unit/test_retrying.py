@@ -20,7 +20,7 @@ from shared.broker import Publication
 from shared.consumer import ConsumerRuntime, Delivery, Outcome
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
-from tests.fakes import FakeTime
+from tests.fakes import FakeTime, MemoryDedup
 from tests.unit.test_store_isolation import FakeDatabase, write_batch
 
 pytestmark = pytest.mark.unit
@@ -261,41 +261,6 @@ class RefusingBroker:
 
     def publish_batch(self, publications: Sequence[Publication]) -> list[bool]:
         return self.submit(publications).wait()
-
-
-@dataclass
-class Claimed:
-    is_new: list[bool]
-    token: bytes = b"lease"
-
-
-@dataclass
-class MemoryDedup:
-    """Unreachable for its first `unreachable_calls` calls."""
-
-    unreachable_calls: int = 0
-    state: dict[bytes, str] = field(default_factory=dict)
-
-    def _reach(self) -> None:
-        if self.unreachable_calls:
-            self.unreachable_calls -= 1
-            raise ServiceUnavailable("Redis", "127.0.0.1", "refused")
-
-    def claim(self, fingerprints: Sequence[bytes]) -> Claimed:
-        self._reach()
-        new = [fp not in self.state for fp in fingerprints]
-        self.state.update({fp: "claimed" for fp in fingerprints if fp not in self.state})
-        return Claimed(new)
-
-    def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None:
-        self._reach()
-        self.state.update(dict.fromkeys(fingerprints, "confirmed"))
-
-    def release(self, fingerprints: Sequence[bytes], token: bytes) -> int:
-        self._reach()
-        for fp in fingerprints:
-            self.state.pop(fp, None)
-        return len(fingerprints)
 
 
 URLS = [SitemapEntry(f"http://example.com/{i}", "seeds") for i in range(4)]  # one batch
