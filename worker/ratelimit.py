@@ -135,16 +135,21 @@ if now < due then
 end
 """
 # The last word before a request leaves. Returns {cleared 0|1, wait µs, reason}.
-_CLEAR_TO_SEND_LUA = _PAUSE_AND_SPACING_LUA + """
+_CLEAR_TO_SEND_LUA = (
+    _PAUSE_AND_SPACING_LUA
+    + """
 redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(spacing / 1000) + 1)
 return {1, 0, 'ok'}
 """
+)
 
 # KEYS 1 latest send (µs)  2 pause  3 inflight leases   ARGV 1 least spacing µs  2 cap (0 = none)
 # 3 lease length µs  4 lease id. The send of a slot reserved ahead: the clear-to-send check
 # above, and the concurrency lease the reservation left for now, in one step; nothing is
 # written unless both pass. Returns {cleared 0|1, wait µs, reason}.
-_CLEAR_HELD_LUA = _PAUSE_AND_SPACING_LUA + """
+_CLEAR_HELD_LUA = (
+    _PAUSE_AND_SPACING_LUA
+    + """
 local cap = tonumber(ARGV[2])
 if cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
@@ -161,6 +166,7 @@ end
 redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(spacing / 1000) + 1)
 return {1, 0, 'ok'}
 """
+)
 
 # KEYS 1 pause   ARGV 1 pause length ms. A pause only ever grows: a shorter Retry-After
 # from a concurrent answer must not cut a longer one short.
