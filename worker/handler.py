@@ -61,6 +61,9 @@ from worker.store import PageRow, SkipRow
 log = logging.getLogger(__name__)
 
 SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip() is given
+# Every reason a TryLater is raised with (worker/politeness.py, robots.py, proxies.py): a URL
+# waiting for its domain is held or deferred for one of these.
+WAIT_REASONS = ("rate", "busy", "paused", "spacing", "robots_pending", "proxies_benched")
 
 T = TypeVar("T")
 HOLD_UNROUTABLE_WAIT_S = 5.0  # how long a paused run's message with no hold queue waits to come back
@@ -146,6 +149,9 @@ class CrawlHandler:
         # all of them when the worker stops before its next scrape.
         for reason in SKIP_REASONS:
             metrics.SKIPS.labels(reason)
+        for reason in WAIT_REASONS:  # a crawl whose waits are all held in-process defers none
+            metrics.HOLDS.labels(reason)
+            metrics.DEFERRALS.labels(reason)
         # Parsing is pure Python under the GIL: however many threads parse at once, one runs.
         # Letting them all start only multiplies half-built trees in memory and forced thread
         # switches; one parse at a time took a worker with 32 fetches in flight from a 79 MB

@@ -709,3 +709,28 @@ def test_a_url_back_from_a_hold_is_checked_again_but_not_counted_a_second_time()
     assert handled.checked == [("http://a.test/p", "copy", True)] * 2
     assert handled.counted == [False, True]
     assert rig.fetch.urls == ["http://a.test/p"]
+
+
+def test_every_wait_reason_raised_is_listed_for_its_metric_series() -> None:
+    """WAIT_REASONS starts the hold and deferral series of each reason at 0 (worker/handler.py):
+    a crawl whose waits are all held in-process must still show its deferral series to
+    Prometheus. The reasons from the limiter's scripts are 'rate', 'busy', 'paused', 'spacing'."""
+    import ast
+    import inspect
+
+    from worker import handler, politeness, proxies, ratelimit, robots
+
+    given = {
+        call.args[1].value
+        for module in (politeness, proxies, robots)
+        for call in ast.walk(ast.parse(inspect.getsource(module)))
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "TryLater"
+        and len(call.args) > 1
+        and isinstance(call.args[1], ast.Constant)
+    }
+    from_scripts = {"rate", "busy", "paused", "spacing"}
+    source = inspect.getsource(ratelimit)
+    assert all(f"'{reason}'" in source for reason in from_scripts)
+    assert given and given | from_scripts <= set(handler.WAIT_REASONS)
