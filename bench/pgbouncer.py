@@ -50,11 +50,13 @@ class Run:
 
 
 class ConnectionSampler:
-    """The most backends PostgreSQL holds for DATABASE at once, sampled on a thread of its own
-    over a connection to another database (so it does not count itself)."""
+    """The most backends PostgreSQL holds for `database` at once, sampled every `every_s` on a
+    thread of its own over a connection to another database (so it does not count itself)."""
 
-    def __init__(self) -> None:
+    def __init__(self, database: str = DATABASE, every_s: float = SAMPLE_EVERY_S) -> None:
         self.most = 0
+        self._database = database
+        self._every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -69,9 +71,10 @@ class ConnectionSampler:
     def _sample(self) -> None:
         with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
             while not self._stop.is_set():
-                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (DATABASE,))
+                query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                row = conn.execute(query, (self._database,))
                 self.most = max(self.most, int(row.fetchone()[0]))  # type: ignore[index]
-                self._stop.wait(SAMPLE_EVERY_S)
+                self._stop.wait(self._every_s)
 
 
 def pgbouncer_pid(port: int) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import threading
 from typing import Any
 
 import psycopg
@@ -59,27 +58,3 @@ def pooled(settings: Settings, pgbouncer: dict[str, str]) -> Settings:
         database_url=f"postgresql://postgres@127.0.0.1:{PGBOUNCER_PORT}/{DATABASE}",
         database_pooler="transaction",
     )
-
-
-class ServerConnections:
-    """The most backends PostgreSQL holds for DATABASE at once, sampled on a thread of its own."""
-
-    def __init__(self) -> None:
-        self.most = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> ServerConnections:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        with psycopg.connect(DIRECT_ADMIN_URL, autocommit=True) as conn:
-            while not self._stop.is_set():
-                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (DATABASE,))
-                self.most = max(self.most, int(row.fetchone()[0]))  # type: ignore[index]
-                self._stop.wait(0.1)

@@ -15,12 +15,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from bench.pgbouncer import ConnectionSampler
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes, run_crawl
 from shared import db
 from shared.settings import Settings
-from tests.cluster.conftest import DATABASE, ServerConnections, pgbouncer_show
+from tests.cluster.conftest import DATABASE, pgbouncer_show
 from tests.e2e.conftest import service_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(400)]
@@ -49,7 +50,7 @@ def test_a_crawl_through_pgbouncer_accounts_for_every_url_on_a_few_server_connec
     # 2 pools of 5 worker processes: 10 writers, the dead-letter consumer and the progress
     # count are 12 clients, more than the pool has server connections.
     out = io.StringIO()
-    with ServerConnections() as server:
+    with ConnectionSampler(DATABASE, every_s=0.1) as server:
         code = run_crawl(
             pooled,
             ["--sitemap", demo_site.config.sitemap_index_url],
