@@ -17,6 +17,7 @@ from typing import Any
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
+from pika.adapters.utils.connection_workflow import AMQPConnectorException, AMQPConnectorStackTimeout
 
 from shared.errors import ConfigError, PipelineError, ServiceUnavailable
 from shared.settings import Settings, amqp_urls, redact
@@ -87,7 +88,16 @@ def connect(settings: Settings, name: str) -> pika.BlockingConnection:
         raise ServiceUnavailable(
             "RabbitMQ", redact(settings.amqp_url), "login refused", "check the user and password in AMQP_URL"
         ) from None
-    except CONNECTION_ERRORS as exc:
+    except AMQPConnectorStackTimeout:
+        # Something listens there, but it does not answer as RabbitMQ would (not even a refusal).
+        raise ServiceUnavailable(
+            "RabbitMQ",
+            redact(settings.amqp_url),
+            "no AMQP handshake before the stack timeout",
+            "check the host and port in AMQP_URL",
+        ) from None
+    except (*CONNECTION_ERRORS, AMQPConnectorException) as exc:
+        # pika lets its connector's own errors (timeouts, aborts) through untranslated.
         raise unavailable(settings, exc) from None
 
 
