@@ -21,7 +21,7 @@ import argparse
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO
 
 import pika
@@ -61,6 +61,7 @@ SKIP_BATCH = 500  # held messages recorded as skips per commit (and acked togeth
 CANCEL_DETAIL = "the run was cancelled by an operator"
 RETURNING_NEW = " RETURNING (xmax = 0)"  # true for a row inserted, false for one rewritten
 DELETE_TRIES = 5  # rounds of emptying the hold queue before giving up on deleting it
+NOT_FOUND = 404  # the reply code of a passive declare of a queue that does not exist
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
@@ -169,29 +170,37 @@ def show_run(
 
 def held_count(settings: Settings, run_id: str) -> int:
     """Messages waiting in the run's hold queue (0 when it has none)."""
+    queue = held_queue(settings.crawl_namespace, run_id)
     connection = broker.connect(settings, "runs show")
     try:
-        return broker.queue_depth(connection.channel(), held_queue(settings.crawl_namespace, run_id))[0]
-    except pika.exceptions.ChannelClosedByBroker:  # no such queue
-        return 0
+        with _refusals(f"count the messages in {queue}"):
+            try:
+                return broker.queue_depth(connection.channel(), queue)[0]
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                if exc.reply_code == NOT_FOUND:  # never paused: no hold queue
+                    return 0
+                raise
     finally:
-        if connection.is_open:
-            connection.close()
+        _close(connection)
 
 
 def pause(settings: Settings, client: redis.Redis, keys: Keys, run_id: str) -> None:
     """The hold queue first, then the state: a worker that sees `paused` finds the queue."""
     ns = settings.crawl_namespace
+    queue = held_queue(ns, run_id)
     connection = broker.connect(settings, "runs pause")
     try:
-        channel = connection.channel()
-        channel.exchange_declare(held_exchange(ns), "direct", durable=True)
-        # Replicated like the work queues on a cluster (QUEUE_TYPE=quorum); no TTL, no limit.
-        arguments = {"x-queue-type": "quorum"} if settings.queue_type == "quorum" else CLASSIC_QUEUE_ARGUMENTS
-        channel.queue_declare(held_queue(ns, run_id), durable=True, arguments=arguments)
-        channel.queue_bind(held_queue(ns, run_id), held_exchange(ns), run_id)
+        with _refusals(f"declare {queue}"):
+            channel = connection.channel()
+            channel.exchange_declare(held_exchange(ns), "direct", durable=True)
+            # Replicated like the work queues on a cluster (QUEUE_TYPE=quorum); no TTL, no limit.
+            arguments = (
+                {"x-queue-type": "quorum"} if settings.queue_type == "quorum" else CLASSIC_QUEUE_ARGUMENTS
+            )
+            channel.queue_declare(queue, durable=True, arguments=arguments)
+            channel.queue_bind(queue, held_exchange(ns), run_id)
     finally:
-        connection.close()
+        _close(connection)
     write_state(client, keys, run_id, PAUSED)
 
 
@@ -290,9 +299,24 @@ def _drain_held(settings: Settings, run_id: str, settle: _Settle) -> None:
     except pika.exceptions.AMQPError as exc:
         raise ConfigError(f"RabbitMQ refused to empty {queue}: {_describe(exc)}") from None
     finally:
-        if connection.is_open:
-            with contextlib.suppress(pika.exceptions.AMQPError):
-                connection.close()
+        _close(connection)
+
+
+@contextlib.contextmanager
+def _refusals(action: str) -> Iterator[None]:
+    """A broker error while doing `action` becomes one line (ConfigError) naming the action,
+    instead of pika's exception."""
+    try:
+        yield
+    except pika.exceptions.AMQPError as exc:
+        raise ConfigError(f"RabbitMQ refused to {action}: {_describe(exc)}") from None
+
+
+def _close(connection: pika.BlockingConnection) -> None:
+    """Close it if the broker has not; an error in closing must not hide the one before it."""
+    if connection.is_open:
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            connection.close()
 
 
 def _settle_all(channel: BlockingChannel, confirmed: BlockingChannel, queue: str, settle: _Settle) -> None:
@@ -310,7 +334,8 @@ def _settle_all(channel: BlockingChannel, confirmed: BlockingChannel, queue: str
 
 def _describe(exc: BaseException) -> str:
     reply = getattr(exc, "reply_text", None)
-    return str(reply) if reply else (str(exc) or type(exc).__name__)
+    text = str(reply) if reply else str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _task(body: bytes) -> CrawlTask:

@@ -263,3 +263,37 @@ def test_a_broker_refusal_while_resuming_is_one_line_and_exit_2(
     assert refused.stderr.startswith(
         f"runs: error: RabbitMQ refused to empty {hold_queue}: PRECONDITION_FAILED"
     )
+
+
+def test_a_broker_refusal_while_pausing_is_one_line_and_exit_2(
+    settings: Settings, client: redis.Redis
+) -> None:
+    connection = broker.connect(settings, "test")
+    connection.channel().exchange_declare(held_exchange(settings.crawl_namespace), "fanout", durable=True)
+    connection.close()
+    refused = cli(settings, "pause", RUN)
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    hold_queue = held_queue(settings.crawl_namespace, RUN)
+    assert refused.stderr.startswith(
+        f"runs: error: RabbitMQ refused to declare {hold_queue}: PRECONDITION_FAILED"
+    )
+    assert read_state(client, Keys(settings.redis_prefix), RUN) == "running"
+
+
+def test_a_broker_refusal_while_showing_is_one_line_and_exit_2_not_zero_held(
+    settings: Settings, client: redis.Redis
+) -> None:
+    db.ensure_schema(settings)
+    hold_queue = held_queue(settings.crawl_namespace, RUN)
+    owner = broker.connect(settings, "test")
+    owner.channel().queue_declare(hold_queue, exclusive=True)  # locked to every other connection
+    try:
+        refused = cli(settings, "show", RUN)
+    finally:
+        owner.close()
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith(
+        f"runs: error: RabbitMQ refused to count the messages in {hold_queue}: RESOURCE_LOCKED"
+    )
