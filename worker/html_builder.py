@@ -90,7 +90,7 @@ def _thread_builder(multi_valued_attributes: bool, private_api: bool) -> Budgete
     return builder
 
 
-def _take_apart(soup: BeautifulSoup) -> None:
+def take_apart(soup: BeautifulSoup) -> None:
     """Break the reference cycles of a (part-built) tree, so that it is freed at once: left to the
     cyclic garbage collector, a page stopped at its budget would stay in memory until a full
     collection. (soup.decompose() does not reach the nodes: a soup's next_element is None.)"""
@@ -162,7 +162,7 @@ class BudgetedTreeBuilder(LXML_HTML_BUILDER):  # type: ignore[misc]
         except BaseException:
             self._parser = None  # a parse broken off may leave the parser in any state
             if self.soup is not None:
-                _take_apart(self.soup)
+                take_apart(self.soup)
             raise
 
     def comment(self, text: Any) -> None:

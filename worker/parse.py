@@ -22,7 +22,7 @@ from shared.errors import PermanentError
 from shared.settings import Settings
 from worker.fast_fields import scan_lxml
 from worker.fast_links import RelativeLinks, relative_key, split_base
-from worker.html_builder import ParseBudget, new_soup
+from worker.html_builder import ParseBudget, new_soup, take_apart
 from worker.markup_scan import ParseLimitExceeded
 
 MAX_TEXT_CHARS = 100_000
@@ -171,10 +171,13 @@ def _soup_scan(html: str, budget: ParseBudget, private_api: bool = True) -> _Sca
     soup = new_soup(html, multi_valued_attributes=False, budget=budget, private_api=private_api)
     scan = _Scan()
     scan.walk(soup, _first_body(soup) or soup)
-    # A soup is a web of parent and sibling references: dropped as it is, only the cyclic
-    # garbage collector frees it, and dead soups pile up in memory between its full passes.
-    # Taken apart now, it is freed at once.
-    soup.decompose()
+    # A soup is a web of parent, sibling and next/previous-element references: dropped as it
+    # is, only the cyclic garbage collector frees it, and dead soups pile up in memory between
+    # its full passes. Taken apart (every node emptied, in document order), it is freed by
+    # reference counting at once. Not soup.decompose(): bs4's decompose empties the elements it
+    # reaches through next_element, and the BeautifulSoup object's next_element is None, so
+    # called on the soup it empties the soup object alone and leaves every node in its cycles.
+    take_apart(soup)
     return scan
 
 
