@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from bench.measure import Children, proc_cpu_s
 from bench.perf import CPU_CONCURRENCY, perf_site, pipeline_env
@@ -29,7 +30,9 @@ from ops.accounting import Tally, account
 from ops.teardown import remove_pipeline
 from shared.settings import Settings
 
-DATABASE = "crawler_pgbbench"  # of its own, so that pg_stat_activity counts only the benchmark's
+# Of its own, so that pg_stat_activity counts only the benchmark's; named for this run (the
+# services create it on first use) and dropped when the run ends.
+DATABASE = f"crawler_pgbbench_{secrets.token_hex(4)}"
 DIRECT_URL = f"postgresql://postgres@127.0.0.1:5432/{DATABASE}"
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SAMPLE_EVERY_S = 0.2
@@ -75,6 +78,13 @@ class ConnectionSampler:
                 row = conn.execute(query, (self._database,))
                 self.most = max(self.most, int(row.fetchone()[0]))  # type: ignore[index]
                 self._stop.wait(self._every_s)
+
+
+def drop_database(name: str) -> None:
+    """Drop a database made for one run, if it exists. FORCE ends the server connections
+    PgBouncer still holds open to it, which would otherwise make PostgreSQL refuse the drop."""
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def pgbouncer_pid(port: int) -> int:
@@ -148,18 +158,21 @@ def main(argv: list[str] | None = None) -> int:
         log_dir = Path(tmp)
         with perf_site(args.hosts, args.pages_per_host, 0, log_dir, port=args.site_port):
             sitemap = f"http://127.0.1.1:{args.site_port}/sitemap_index.xml"
-            for round_no in range(1, args.rounds + 1):
-                for topology, extra in topologies.items():
-                    pid = pooler_pid if topology == "pgbouncer" else 0
-                    run = run_once(topology, extra, args.processes, sitemap, log_dir, pid)
-                    runs.append(run)
-                    print(
-                        f"round {round_no} {topology:9s} {run.pages} pages {run.pages_per_s:6.1f} pages/s "
-                        f"{run.cpu_s / run.pages * 1000:5.1f} CPU-ms/page "
-                        f"(PgBouncer {run.pooler_cpu_s / run.pages * 1000:4.2f}) "
-                        f"{run.server_connections:3d} server connections",
-                        flush=True,
-                    )
+            try:
+                for round_no in range(1, args.rounds + 1):
+                    for topology, extra in topologies.items():
+                        pid = pooler_pid if topology == "pgbouncer" else 0
+                        run = run_once(topology, extra, args.processes, sitemap, log_dir, pid)
+                        runs.append(run)
+                        print(
+                            f"round {round_no} {topology:9s} {run.pages} pages {run.pages_per_s:6.1f} "
+                            f"pages/s {run.cpu_s / run.pages * 1000:5.1f} CPU-ms/page "
+                            f"(PgBouncer {run.pooler_cpu_s / run.pages * 1000:4.2f}) "
+                            f"{run.server_connections:3d} server connections",
+                            flush=True,
+                        )
+            finally:
+                drop_database(DATABASE)
     print(
         f"\n{'topology':10s} {'pages/s (each round)':24s} {'CPU-ms/page':>11s} "
         f"{'PgBouncer CPU-ms/page':>21s} {'server conns (max)':>18s}"
