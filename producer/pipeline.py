@@ -8,7 +8,8 @@ Several batches are in flight at once, so reading and claiming the next group ov
 the broker confirming the previous batches. Dedup calls run on threads of their own
 (producer/background.py): a group is claimed while the next one is read, and confirmed URLs
 are marked seen while the loop goes on; only publishing waits for a claim. Dedup, the publisher
-and the clock are injected.
+and the clock are injected (their shapes, and the counts a run gives back, are in
+producer/pipeline_types.py).
 
 When RabbitMQ or Redis goes away (a restart, a lost connection), nothing is given up at once:
 each call that needs them is tried again with a growing pause for up to `patience_s`, and
@@ -31,12 +32,13 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
 from producer.background import Background
+from producer.pipeline_types import ClaimResult, Counts, DedupStore, Outcomes, PreviousFetches, Publisher
 from producer.recrawl import is_due
 from producer.routing import Router
 from producer.sitemaps import SitemapEntry
@@ -75,56 +77,6 @@ PROGRESS_EVERY_URLS = 10_000
 # Between two asks for URLs another producer, alive, has claimed: a fraction of its heartbeat's
 # TTL, so a dead one's claims are taken over soon after it is known dead.
 BUSY_RECHECK_S = 1.0
-
-
-class ClaimResult(Protocol):
-    @property
-    def is_new(self) -> list[bool]: ...
-    @property
-    def token(self) -> bytes: ...
-
-
-class DedupStore(Protocol):
-    def claim(self, fingerprints: Sequence[bytes]) -> ClaimResult: ...
-    def confirm(self, fingerprints: Sequence[bytes], counters: dict[str, int] | None = None) -> None: ...
-    def release(self, fingerprints: Sequence[bytes], token: bytes) -> int: ...
-
-
-class PreviousFetches(Protocol):
-    run_id: str
-
-    def fetched_at(self, urls: Sequence[str]) -> dict[str, datetime.datetime]: ...
-
-
-class Outcomes(Protocol):
-    def wait(self) -> list[bool]: ...
-
-
-class Publisher(Protocol):
-    def submit(self, publications: Sequence[Publication]) -> Outcomes: ...
-    def publish_batch(self, publications: Sequence[Publication]) -> list[bool]: ...
-
-
-@dataclass
-class Counts:
-    urls_seen: int = 0
-    enqueued: dict[str, int] = field(default_factory=lambda: dict.fromkeys(QUEUE_KINDS, 0))
-    duplicates: int = 0
-    invalid: collections.Counter[str] = field(default_factory=collections.Counter)
-    publish_failed: int = 0
-    stopped_early: bool = False  # a stop was requested before every input was read
-    not_due: int = 0  # recrawls: unchanged since the earlier run fetched them, not published
-    taken_over: int = 0  # claims of a dead producer taken over, to be published again
-    republished: int = 0  # of those, published: the broker may hold an earlier copy of each
-    left_claimed: int = 0  # stopped while another producer, alive, still held these URLs
-    # What a broker outage cost in confirms: publishes that went unconfirmed (and were sent again),
-    # and the longest the producer waited on one batch, its re-publishing included.
-    unconfirmed: int = 0
-    confirm_wait_max_s: float = 0.0
-
-    @property
-    def enqueued_total(self) -> int:
-        return sum(self.enqueued.values())
 
 
 @dataclass(slots=True)  # not frozen: made for every URL, and frozen dataclasses build slowly

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from producer.pipeline import Counts
+from producer.pipeline_types import Counts
 from producer.sitemaps import SitemapReader
 from shared.progress import EVERY_S, ProgressDisplay
 

@@ -16,7 +16,8 @@ from typing import Any
 from producer.dedup import Claim, Dedup
 from producer.fetch import Fetch, HttpFetcher
 from producer.liveness import Heartbeat
-from producer.pipeline import Counts, Pipeline
+from producer.pipeline import Pipeline
+from producer.pipeline_types import Counts
 from producer.progress import showing_progress
 from producer.publisher import ConfirmingPublisher
 from producer.recrawl import PreviousRun

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from producer.pipeline import Counts
+from producer.pipeline_types import Counts
 from producer.progress import describe
 from shared.progress import ProgressDisplay, Rate, Snapshot, duration, eta_s, live_detail, periodic_line
 from tests.fakes import FakeTime
