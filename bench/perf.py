@@ -536,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                     table,
                     f"latency-bound pages/s ({totals['tuned'].pages // rounds} pages, 20 hosts, 100 ms, "
                     f"a pool of 4 workers x {LATENCY_CONCURRENCY} in flight, Scrapy {SCRAPY_CONCURRENCY}; "
-                    f"{rounds} rounds, ours/Scrapy/ours at equal: {each})",
+                    f"{rounds} rounds, Scrapy/ours/ours at equal: {each})",
                     totals["tuned"],
                     totals["scrapy"],
                     1.5,
