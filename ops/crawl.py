@@ -1,11 +1,11 @@
 """python -m ops.crawl: run a whole crawl on this machine, as separate processes, and account for it.
 
 Starts the dead-letter consumer and N workers, as one pool of N processes with
-FETCH_CONCURRENCY (24) fetches in flight each (ops/crawl_workers.py), runs the producer, waits
-until every URL the run has enqueued is stored, dead-lettered or skipped, stops everything with
-SIGTERM and prints the accounting. Meanwhile it shows progress: a live line on a terminal, a
-line every --progress-every seconds elsewhere. A worker that dies is started again: by its pool,
-and the pool by ops/crawl_processes.py.
+FETCH_CONCURRENCY (24 by default) fetches in flight each (ops/crawl_workers.py), runs the
+producer, waits until every URL the run has enqueued is stored, dead-lettered or skipped, stops
+everything with SIGTERM and prints the accounting. Meanwhile it shows progress: a live line on
+a terminal, a line every --progress-every seconds elsewhere. A worker that dies is started
+again: by its pool, and the pool by ops/crawl_processes.py.
 Ctrl-C, or SIGTERM, stops the processes and prints the accounting so far (exit 130, or 143 for
 SIGTERM); the same command with the same --run-id finishes the run. A blip of Redis or
 PostgreSQL shows "?" in the progress line; only one that lasts OUTAGE_LIMIT_S ends the crawl
