@@ -4,7 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 VENV_LATEST ?= .venv-latest
 PY_LATEST := $(VENV_LATEST)/bin/python
-WORKERS ?= 3
+# make crawl / make demo: worker processes, forked by one pool (ops/crawl_workers.py), each with
+# FETCH_CONCURRENCY (24) fetches in flight: the layout the benchmark found fastest (docs/PERFORMANCE.md).
+WORKERS ?= 4
+# make up: worker containers, each a pool of WORKER_PROCESSES (2 in docker-compose.yml).
+CONTAINERS ?= 2
 SITEMAP ?=
 RUN_ID ?=
 FAULTS_SIZE ?= small
@@ -27,11 +31,11 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# Serve the bundled demo site on 127.0.0.2-4, crawl it with several workers, print the accounting.
+# Serve the bundled demo site on 127.0.0.2-4, crawl it with a pool of WORKERS workers, print the accounting.
 demo: install
 	$(PY) -m ops.crawl --demo --workers $(WORKERS)
 
-# Crawl a sitemap (or a site root) with WORKERS workers and a dead-letter consumer until done.
+# Crawl a sitemap (or a site root) with a pool of WORKERS workers and a dead-letter consumer until done.
 # RUN_ID of an interrupted run finishes it; RECRAWL_OF=<earlier run> fetches only what changed.
 crawl: install
 	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N] [RUN_ID=id] [RECRAWL_OF=id]"; exit 2; }
@@ -136,7 +140,7 @@ typecheck: install
 
 # With a Docker engine: the same services as containers (see docker-compose.yml).
 up:
-	docker compose up -d --scale worker=$(WORKERS)
+	docker compose up -d --scale worker=$(CONTAINERS)
 
 down:
 	docker compose down

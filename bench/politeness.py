@@ -127,7 +127,10 @@ def run(args: argparse.Namespace) -> int:
     return report(hits, domains, args.rate, args.duration)
 
 
-def wait_for_consumers(settings: Settings, workers: list[subprocess.Popen[bytes]]) -> None:
+def wait_for_consumers(
+    settings: Settings, workers: list[subprocess.Popen[bytes]], consumers: int | None = None
+) -> None:
+    """Until `consumers` (default: one per process of `workers`; a pool has more) consume."""
     from shared import broker
     from shared.topology import work_queue
 
@@ -140,7 +143,7 @@ def wait_for_consumers(settings: Settings, workers: list[subprocess.Popen[bytes]
                 raise SystemExit("a worker exited early; see its log")
             channel = connection.channel()
             with contextlib.suppress(*broker.CONNECTION_ERRORS):  # not declared yet
-                if broker.queue_depth(channel, queue)[1] >= len(workers):
+                if broker.queue_depth(channel, queue)[1] >= (consumers or len(workers)):
                     return
             if channel.is_open:
                 channel.close()

@@ -1,8 +1,9 @@
 """python -m bench.politeness_cost: what waiting for a polite slot costs the machine.
 
-Crawls --pages pages of one loopback host at --rate requests/s with --workers `python -m worker`
-processes (each with FETCH_CONCURRENCY fetches in flight, as `make crawl` starts them), until
-every page is stored, then prints per run:
+Crawls --pages pages of one loopback host at --rate requests/s with --workers workers laid out as
+`make crawl` lays them out (ops/crawl_workers.py: one pool of that many processes, each with
+FETCH_CONCURRENCY fetches in flight, the default unless the environment sets it), until every
+page is stored, then prints per run:
 
     wall time, requests/s and the most requests in any 1-s window of the site's own log;
     CPU-seconds a page: the workers + the producer + RabbitMQ (beam) + Redis + PostgreSQL
@@ -20,6 +21,7 @@ fresh names and removes its queues, keys and schema.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -38,6 +40,7 @@ from psycopg import sql
 
 from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
 from bench.site import LoggedSite, most_in_any_window, pages_route
+from ops.crawl_workers import worker_launches
 from shared import db
 from shared.settings import Settings
 
@@ -73,6 +76,17 @@ def cpu_s(pid: int) -> float:
     except (OSError, IndexError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def tree_cpu_s(pid: int) -> float:
+    """utime + stime of a process and its children now running: a pool and its workers."""
+    children: list[str] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += (task / "children").read_text().split()
+    except OSError:
+        pass
+    return cpu_s(pid) + sum(cpu_s(int(child)) for child in children)
 
 
 def services_cpu_s() -> float:
@@ -122,21 +136,26 @@ HEADER = (
 
 
 def start_workers(
-    env: dict[str, str], ports: list[int], log_dir: Path, tag: str
-) -> list[subprocess.Popen[bytes]]:
+    env: dict[str, str], count: int, log_dir: Path, tag: str
+) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
+    """`count` workers as `make crawl` starts them; the processes started, and every worker's
+    metrics port (a pool's worker n serves on its pool's port + n)."""
     db.ensure_schema(Settings.from_env(env))  # once, before workers that start together race to make it
-    workers = []
-    for i, port in enumerate(ports):
-        log = (log_dir / f"{tag}-worker-{i + 1}.log").open("wb")
+    workers: list[subprocess.Popen[bytes]] = []
+    ports: list[int] = []
+    for launch in worker_launches(count):
+        base = free_port_block(launch.processes)
+        log = (log_dir / f"{tag}-{launch.name}.log").open("wb")
         workers.append(
             subprocess.Popen(
-                [sys.executable, "-m", "worker"],
-                env={**env, "METRICS_PORT": str(port)},
+                [sys.executable, "-m", "worker", *launch.args],
+                env={**env, "METRICS_PORT": str(base)},
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
         )
-    return workers
+        ports += range(base, base + launch.processes)
+    return workers, ports
 
 
 def stop(workers: list[subprocess.Popen[bytes]]) -> None:
@@ -168,10 +187,22 @@ def produce(env: dict[str, str], site: LoggedSite, pages: int, path: Path, run_i
     return (after.children_user - before.children_user) + (after.children_system - before.children_system)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port_block(size: int) -> int:
+    """The first of `size` consecutive loopback ports that are free now."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + size > 65536:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + size):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise SystemExit(f"no {size} consecutive free ports found")
 
 
 def scrape(ports: list[int]) -> dict[str, float]:
@@ -221,17 +252,16 @@ def crawl(workers_n: int, rate: float, pages: int, log_dir: Path) -> Result:
     settings = Settings.from_env(env)
     tag = f"{workers_n}w-{rate:g}rps"
     with LoggedSite(pages_route, ["127.0.0.1"]) as site:
-        ports = [free_port() for _ in range(workers_n)]
-        workers = start_workers(env, ports, log_dir, tag)
+        workers, ports = start_workers(env, workers_n, log_dir, tag)
         try:
-            wait_for_consumers(settings, workers)
+            wait_for_consumers(settings, workers, consumers=workers_n)
             services_before = services_cpu_s()
-            workers_before = sum(cpu_s(w.pid) for w in workers)  # starting up is not crawling
+            workers_before = sum(tree_cpu_s(w.pid) for w in workers)  # starting up is not crawling
             producer_cpu = produce(env, site, pages, log_dir / f"{tag}-urls.txt", name)
             first = wait_for_first_hit(site, workers)
             wait_until_stored(settings, pages)
             ended = time.monotonic()
-            workers_cpu = sum(cpu_s(w.pid) for w in workers) - workers_before
+            workers_cpu = sum(tree_cpu_s(w.pid) for w in workers) - workers_before
             services = services_cpu_s() - services_before
             counters = scrape(ports)
         finally:
@@ -261,7 +291,7 @@ def idle_worker_cpu(rate: float, window_s: float, log_dir: Path) -> float:
     env = env_for(name, rate)
     settings = Settings.from_env(env)
     with LoggedSite(pages_route, ["127.0.0.1"]) as site:
-        workers = start_workers(env, [free_port()], log_dir, "idle")
+        workers, _ = start_workers(env, 1, log_dir, "idle")
         try:
             wait_for_consumers(settings, workers)
             produce(env, site, 40, log_dir / "idle-urls.txt", name)

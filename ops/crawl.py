@@ -1,9 +1,11 @@
 """python -m ops.crawl: run a whole crawl on this machine, as separate processes, and account for it.
 
-Starts the dead-letter consumer and N workers, runs the producer, waits until every URL the run
-has enqueued is stored, dead-lettered or skipped, stops everything with SIGTERM and prints the
-accounting. Meanwhile it shows progress: a live line on a terminal, a line every
---progress-every seconds elsewhere. A worker that dies is started again (ops/crawl_processes.py).
+Starts the dead-letter consumer and N workers, as one pool of N processes with
+FETCH_CONCURRENCY (24 by default) fetches in flight each (ops/crawl_workers.py), runs the
+producer, waits until every URL the run has enqueued is stored, dead-lettered or skipped, stops
+everything with SIGTERM and prints the accounting. Meanwhile it shows progress: a live line on
+a terminal, a line every --progress-every seconds elsewhere. A worker that dies is started
+again: by its pool, and the pool by ops/crawl_processes.py.
 Ctrl-C, or SIGTERM, stops the processes and prints the accounting so far (exit 130, or 143 for
 SIGTERM); the same command with the same --run-id finishes the run. A blip of Redis or
 PostgreSQL shows "?" in the progress line; only one that lasts OUTAGE_LIMIT_S ends the crawl
@@ -38,6 +40,7 @@ from ops.crawl_processes import (
     sigterm_as_interrupt,
     stop_signals_ignored,
 )
+from ops.crawl_workers import DEFAULT_WORKERS, worker_launches
 from ops.run_watch import WATCH_ERRORS, RunWatch
 from shared import db
 from shared.cli import configure_logging, run_main
@@ -82,17 +85,20 @@ def run_crawl(
     *,
     progress_every_s: float = EVERY_S,
     live: bool | None = None,
+    separate_workers: bool = False,
 ) -> int:
-    """Run producer, workers and dead-letter consumer; return 0 when every URL the run has
-    enqueued (this time and any time before under the same run id) is accounted for."""
+    """Run producer, `workers` workers (one pool, or as many processes with `separate_workers`)
+    and the dead-letter consumer; return 0 when every URL the run has enqueued (this time and
+    any time before under the same run id) is accounted for."""
     log_dir.mkdir(parents=True, exist_ok=True)
     db.ensure_schema(settings)  # before the first count, which may come before any worker is up
     display = ProgressDisplay(out, run_id, live=live, every_s=progress_every_s)
     procs = Processes(log_dir, env, say=display.note)
     child_settings = Settings.from_env(env)
-    ports = metrics_ports(child_settings, workers)
+    launches = worker_launches(workers, child_settings.worker_processes, separate=separate_workers)
+    ports = metrics_ports(child_settings, launches)
     if ports:
-        print(describe(ports, child_settings.worker_processes, child_settings.metrics_host), file=out)
+        print(describe(ports, launches, child_settings.metrics_host), file=out)
     started = time.monotonic()
     with sigterm_as_interrupt(), RunWatch(settings, run_id) as watch:
         state = watch.state()
@@ -110,8 +116,8 @@ def run_crawl(
                 procs.start(
                     "dlq_consumer", "dlq_consumer", "consume", env=env_for("dlq_consumer", env, ports)
                 )
-                for i in range(workers):
-                    procs.start(f"worker-{i + 1}", "worker", env=env_for(f"worker-{i + 1}", env, ports))
+                for launch in launches:
+                    procs.start(launch.name, "worker", *launch.args, env=env_for(launch.name, env, ports))
                 producer = start_producer(run_id, producer_args, env_for("producer", env, ports), log_dir)
                 procs.adopt("producer", producer)
                 summary = wait_until_accounted(watch, producer, log_dir, procs, display, timeout_s)
@@ -301,7 +307,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sitemap", action="append", default=[], help="sitemap URL (repeatable)")
     parser.add_argument("--site", action="append", default=[], help="site root: read its robots.txt")
     parser.add_argument("--urls", action="append", default=[], help="file of URLs, one per line")
-    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help="worker processes, forked by one pool (worker/pool.py), each with FETCH_CONCURRENCY "
+        f"fetches in flight (default: {DEFAULT_WORKERS})",
+    )
+    parser.add_argument(
+        "--separate-workers",
+        action="store_true",
+        help="start each worker as a process of its own (python -m worker) instead of one pool",
+    )
     parser.add_argument(
         "--run-id", default="", help="name of the run; an interrupted run's id finishes that run"
     )
@@ -351,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             sys.stdout,
             progress_every_s=args.progress_every,
+            separate_workers=args.separate_workers,
         )
 
 

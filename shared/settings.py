@@ -82,6 +82,11 @@ CHOICES = {
 NAME_SETTINGS = ("crawl_namespace", "redis_prefix", "pg_schema")
 # A password in a URL's user info (up to its last '@'), or given as a libpq parameter.
 _PASSWORDS = (re.compile(r"(://[^/@:]*:)[^/]*@"), re.compile(r"(password=)[^&\s]*", re.IGNORECASE))
+# Fetches in flight per worker process. Most of a fetch is waiting for the site, so a worker
+# holds many: on a site answering in 100 ms, a pool of 4 workers made 705 pages/s at 24 each
+# and 540 at 16, at the same CPU a page (docs/PERFORMANCE.md). `make crawl`, compose and the
+# benchmark's row for `make crawl` all take this default.
+DEFAULT_FETCH_CONCURRENCY = 24
 
 
 def default_worker_id() -> str:
@@ -114,7 +119,7 @@ class Settings:
 
     # Worker.
     worker_id: str = field(default_factory=default_worker_id)
-    fetch_concurrency: int = 8  # fetches in flight per worker process
+    fetch_concurrency: int = DEFAULT_FETCH_CONCURRENCY  # fetches in flight per worker process
     worker_processes: int = 1  # `python -m worker` forks this many workers (worker/pool.py)
     fetch_connect_timeout_s: float = 5.0
     fetch_read_timeout_s: float = 15.0

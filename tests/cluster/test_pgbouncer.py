@@ -47,16 +47,16 @@ def test_a_crawl_through_pgbouncer_accounts_for_every_url_on_a_few_server_connec
     expected = demo_site.config.expected()
     pool_size = int(pgbouncer["default_pool_size"])
     before = transactions_through_pgbouncer()
-    # 2 pools of 5 worker processes: 10 writers, the dead-letter consumer and the progress
+    # A pool of 10 worker processes: 10 writers, the dead-letter consumer and the progress
     # count are 12 clients, more than the pool has server connections.
     out = io.StringIO()
     with ConnectionSampler(DATABASE, every_s=0.1) as server:
         code = run_crawl(
             pooled,
             ["--sitemap", demo_site.config.sitemap_index_url],
-            2,
+            10,
             "pooled-main",
-            pooled_env(pooled, WORKER_PROCESSES="5"),
+            pooled_env(pooled),
             tmp_path / "logs",
             300,
             out,

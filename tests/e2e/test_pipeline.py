@@ -40,7 +40,14 @@ def requests_per_path(site: DemoSite) -> collections.Counter[str]:
 
 
 def crawl(
-    settings: Settings, site: DemoSite, run_id: str, tmp_path: Path, workers: int = 3, **env: str
+    settings: Settings,
+    site: DemoSite,
+    run_id: str,
+    tmp_path: Path,
+    workers: int = 3,
+    *,
+    separate_workers: bool = False,
+    **env: str,
 ) -> tuple[int, str]:
     out = io.StringIO()
     code = run_crawl(
@@ -52,6 +59,7 @@ def crawl(
         tmp_path / "logs",
         240,
         out,
+        separate_workers=separate_workers,
     )
     return code, out.getvalue()
 
@@ -230,20 +238,34 @@ def free_port_block(size: int) -> int:
     raise AssertionError("no block of free ports found")
 
 
+@pytest.mark.parametrize("separate", [False, True], ids=["pool", "separate-workers"])
 def test_a_metrics_port_gives_each_process_of_the_crawl_a_port_of_its_own(
-    settings: Settings, demo_site: DemoSite, tmp_path: Path
+    settings: Settings, demo_site: DemoSite, tmp_path: Path, separate: bool
 ) -> None:
-    base = free_port_block(21)  # dead-letter consumer, producer, worker-1 at +10, worker-2 at +20
+    # Dead-letter consumer, producer, then the pool at +10 with its second worker at +11, or
+    # separate workers at +10 and +20.
+    base = free_port_block(21)
     expected = demo_site.config.expected()
     code, output = crawl(
-        settings, demo_site, "e2e-ports", tmp_path, workers=2, METRICS_PORT=str(base), METRICS_LINGER_S="60"
+        settings,
+        demo_site,
+        "e2e-ports",
+        tmp_path,
+        workers=2,
+        separate_workers=separate,
+        METRICS_PORT=str(base),
+        METRICS_LINGER_S="60",
     )
     assert code == 0, output  # before, the producer exited 2: its port was the consumer's
-    assert (
-        f"metrics on 127.0.0.1: dlq_consumer {base}, producer {base + 1}, "
-        f"worker-1 {base + 10}, worker-2 {base + 20}" in output
+    workers = (
+        f"worker-1 {base + 10}, worker-2 {base + 20}" if separate else f"worker-pool {base + 10}-{base + 11}"
     )
+    assert f"metrics on 127.0.0.1: dlq_consumer {base}, producer {base + 1}, {workers}" in output
     assert account(settings, "e2e-ports").accounted == expected.unique_total
     logs = tmp_path / "logs"
-    assert f"serving metrics on http://127.0.0.1:{base + 20}/metrics" in (logs / "worker-2.log").read_text()
+    last_worker = (base + 20, "worker-2") if separate else (base + 11, "worker-pool")
+    assert (
+        f"serving metrics on http://127.0.0.1:{last_worker[0]}/metrics"
+        in (logs / f"{last_worker[1]}.log").read_text()
+    )
     assert "until scraped" not in (logs / "producer.log").read_text()  # it did not linger

@@ -214,10 +214,11 @@ def test_an_interrupted_crawl_is_finished_by_a_crawl_with_the_same_run_id(
     assert a.accounted == total == demo_site.config.expected().unique_total
 
 
-def worker_pids() -> list[int]:
-    """This process's children that are workers."""
+def worker_pids(parent: int | None = None) -> list[int]:
+    """The children of `parent` (default: this process) that are workers: the pool's parent of
+    a crawl, or a pool's workers, forked from it."""
     pids = []
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+    for task in Path(f"/proc/{parent or os.getpid()}/task").iterdir():
         for pid in (task / "children").read_text().split():
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             if cmdline[1:3] == [b"-m", b"worker"]:
@@ -228,6 +229,7 @@ def worker_pids() -> list[int]:
 def test_a_worker_killed_during_a_crawl_is_started_again_and_the_crawl_completes(
     settings: Settings, demo_site: DemoSite, tmp_path: Path
 ) -> None:
+    """A pool of one runs its worker in its own process: killed, the crawl starts it again."""
     db.ensure_schema(settings)
     thread, result, out = crawl_in_background(
         settings, demo_site, "e2e-restart", tmp_path, workers=1, RATE_LIMIT_RPS="3"
@@ -238,10 +240,39 @@ def test_a_worker_killed_during_a_crawl_is_started_again_and_the_crawl_completes
     thread.join(timeout=240)
     output = out.getvalue()
     assert result.get("code") == 0, output
-    assert "worker-1 was killed by signal 9" in output
-    assert "worker-1 started again" in output
+    assert "worker-pool was killed by signal 9" in output
+    assert "worker-pool started again" in output
     assert worker_pids() == []
     a = account(settings, "e2e-restart")
+    assert a.accounted == demo_site.config.expected().unique_total
+    assert "accounted for" in output and ": ok" in output
+
+
+def test_a_pool_worker_killed_during_a_crawl_is_forked_again_by_its_pool(
+    settings: Settings, demo_site: DemoSite, tmp_path: Path
+) -> None:
+    """The default layout: the pool replaces its worker, and the crawl sees no death at all."""
+    db.ensure_schema(settings)
+    thread, result, out = crawl_in_background(
+        settings, demo_site, "e2e-pool-restart", tmp_path, workers=2, RATE_LIMIT_RPS="3"
+    )
+    wait_until(lambda: account(settings, "e2e-pool-restart").stored >= 3, "a few pages stored")
+    (pool,) = worker_pids()
+    wait_until(lambda: len(worker_pids(pool)) == 2, "both workers of the pool forked")
+    victim = worker_pids(pool)[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(
+        lambda: len(worker_pids(pool)) == 2 and victim not in worker_pids(pool), "a worker forked again"
+    )
+    thread.join(timeout=240)
+    output = out.getvalue()
+    assert result.get("code") == 0, output
+    assert "was killed" not in output and "started again" not in output  # the pool's own business
+    pool_log = (tmp_path / "worker-pool.log").read_text()
+    assert f"(pid {victim}) ended with code 137" in pool_log  # 128 + SIGKILL
+    assert "started again" in pool_log
+    assert worker_pids() == []
+    a = account(settings, "e2e-pool-restart")
     assert a.accounted == demo_site.config.expected().unique_total
     assert "accounted for" in output and ": ok" in output
 
@@ -294,8 +325,7 @@ def test_ctrl_c_or_sigterm_stops_a_crawl_and_prints_what_it_did_so_far(
     codes = output.split("processes stopped with exit codes: ")[1].splitlines()[0]
     assert set(codes.replace(",", " ").split()) <= {
         "dlq_consumer=0",
-        "worker-1=0",
-        "worker-2=0",
+        "worker-pool=0",
         "producer=0",
         "producer=130",
         "producer=143",

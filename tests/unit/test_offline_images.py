@@ -82,9 +82,13 @@ def test_prometheus_scrapes_every_process_of_a_worker_pool(tmp_path: Path) -> No
 
 
 def test_compose_passes_the_pool_size_to_prometheus() -> None:
+    """The same figure for both, and a pool of 2 in each worker container unless .env says
+    otherwise (.env.example leaves it empty)."""
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))["services"]
-    assert services["prometheus"]["environment"]["WORKER_PROCESSES"].startswith("${WORKER_PROCESSES")
-    assert services["worker"]["environment"]["WORKER_PROCESSES"].startswith("${WORKER_PROCESSES")
+    pool_size = services["worker"]["environment"]["WORKER_PROCESSES"]
+    assert services["prometheus"]["environment"]["WORKER_PROCESSES"] == pool_size == "${WORKER_PROCESSES:-2}"
+    example = (REPO / ".env.example").read_text(encoding="utf-8")
+    assert re.search(r"^WORKER_PROCESSES=$", example, re.MULTILINE), "a copied .env would override the 2"
 
 
 def test_ci_runs_the_compose_test_after_the_tests() -> None:
