@@ -53,11 +53,32 @@ log = logging.getLogger(__name__)
 # queue. Keeps the whole stop under the 30 s that supervisors usually allow before SIGKILL.
 MAX_DRAIN_S = 25.0
 RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONNECTION_ERRORS)
-POLL_S = 0.25
-# How long an idle handler thread, or the timer of held messages, sleeps between looks at the
-# stop flag; a stop wakes them at once. Eight handler threads that woke every POLL_S were most
-# of an idle worker's CPU.
-IDLE_WAIT_S = 5.0
+# The longest the connection's thread stays in pika at a time. Everything it waits for wakes it
+# at once (a delivery, a handler's outcome, the stop: StopEvent), and pika sends and checks
+# heartbeats inside the call however long it lasts, so this is only a backstop (an outcome whose
+# wake went to a connection that has since been replaced). Every wake costs a waiting worker
+# CPU for the whole of a slow, polite crawl; it stays well under HEARTBEAT_S / 2 (10 s) all the
+# same.
+POLL_S = 5.0
+
+
+class StopEvent(threading.Event):
+    """The stop flag of a consumer. Setting it also wakes the connection's thread, which sleeps
+    inside pika rather than on the flag, so that a stop is seen at once and no thread has to
+    wake on a timer to look at the flag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._on_set: list[Callable[[], None]] = []
+
+    def when_set(self, wake: Callable[[], None]) -> None:
+        """Call `wake` on each set() from now on (on the setting thread)."""
+        self._on_set.append(wake)
+
+    def set(self) -> None:
+        super().set()
+        for wake in list(self._on_set):
+            wake()
 
 
 @dataclass(frozen=True)
@@ -134,7 +155,7 @@ class ConsumerRuntime:
         subscriptions: Sequence[Subscription],
         handler: Handler,
         concurrency: int,
-        stop_event: threading.Event | None = None,
+        stop_event: StopEvent | None = None,
         when_idle: Callable[[], None] | None = None,
         private_api: bool = True,
     ) -> None:
@@ -147,7 +168,8 @@ class ConsumerRuntime:
         # deferred Redis writes).
         self.when_idle = when_idle
         self.concurrency = concurrency
-        self.stop_event = stop_event or threading.Event()
+        self.stop_event = stop_event or StopEvent()
+        self.stop_event.when_set(self._wake_connection)
         self.reconnects = 0
         # Higher consumer priority = served first from the local buffer too.
         ranks = sorted({s.consumer_priority for s in subscriptions}, reverse=True)
@@ -164,8 +186,8 @@ class ConsumerRuntime:
         self._unsettled: set[int] = set()  # delivery tags of this generation not yet settled
         # Outcomes handed back by handler threads, settled on the connection's thread. One wake
         # of that thread settles all that are waiting: a wake per outcome costs a pipe write and
-        # a GIL handoff each. The loop also settles them every POLL_S, so none can be stranded
-        # by a wake that went to a connection that has since closed.
+        # a GIL handoff each. The loop also settles them after each (re)connect and every
+        # POLL_S, so none can be stranded by a wake that went to a connection since replaced.
         self._settled: collections.deque[tuple[int, int, Outcome]] = collections.deque()
         self._settled_lock = threading.Lock()
         self._held: HeldMessages[_Item] = HeldMessages(time.monotonic)
@@ -180,6 +202,17 @@ class ConsumerRuntime:
         threads.append(threading.Thread(target=self._release_held, name=f"{self.name}-held", daemon=True))
         for thread in threads:
             thread.start()
+        try:
+            self._consume()
+        finally:
+            # The threads sleep until woken, with no timeout: however the run ends, wake them.
+            self._forget_connection()
+            self._wake_threads()
+        for thread in threads:
+            thread.join(timeout=self.settings.fetch_deadline_s + 5)
+        return 0
+
+    def _consume(self) -> None:
         if not self.stop_event.is_set():
             try:
                 self._connect()
@@ -191,18 +224,13 @@ class ConsumerRuntime:
         while self._connection is not None:  # None once lost and the stop came before a reconnect
             try:
                 while not self.stop_event.is_set():
-                    self._connection.process_data_events(time_limit=POLL_S)
                     self._settle_waiting()
+                    self._connection.process_data_events(time_limit=POLL_S)
                 self._drain()
                 break
             except RECOVERABLE as exc:
                 self._forget_connection()
                 self._reconnect(exc)
-        self._forget_connection()
-        self._wake_threads()
-        for thread in threads:
-            thread.join(timeout=self.settings.fetch_deadline_s + 5)
-        return 0
 
     def _reconnect(self, lost: BaseException) -> None:
         """Connect again after `lost` ended the connection, with growing pauses, until connected
@@ -229,6 +257,14 @@ class ConsumerRuntime:
             retrying.patiently(
                 RECOVERABLE, stop_when_event_set(self.stop_event), self.stop_event.wait, on_pause
             )(connect)
+
+    def _wake_connection(self) -> None:
+        """Make the connection's thread return from pika now, to see the stop (any thread)."""
+        connection = self._connection
+        if connection is not None:
+            # A closed connection needs no wake: its thread is already on its way out of pika.
+            with contextlib.suppress(*broker.CONNECTION_ERRORS):
+                connection.add_callback_threadsafe(_nothing)
 
     def _wake_threads(self) -> None:
         """Wake the idle handler threads and the timer, to see that the service stops."""
@@ -321,8 +357,8 @@ class ConsumerRuntime:
             self._channel.basic_cancel(consumer_tag)
         self._held.wake()  # held messages go back now, not when due
         deadline = time.monotonic() + min(self.settings.fetch_deadline_s + 5, MAX_DRAIN_S)
-        while self._unsettled and time.monotonic() < deadline:
-            self._connection.process_data_events(time_limit=POLL_S)
+        while self._unsettled and (left_s := deadline - time.monotonic()) > 0:
+            self._connection.process_data_events(time_limit=min(POLL_S, left_s))
             self._settle_waiting()
         if self._unsettled:
             log.warning(
@@ -349,11 +385,8 @@ class ConsumerRuntime:
                 item = self._local.get_nowait()
             except queue.Empty:
                 self._idle()
-                try:
-                    item = self._local.get(timeout=IDLE_WAIT_S)
-                except queue.Empty:
-                    item = None
-            if item is None or item.generation != self._generation:
+                item = self._local.get()  # the stop sends each thread an item too (_wake_threads)
+            if item.generation != self._generation:
                 # A stale item's channel is gone and the broker has requeued it.
                 if self.stop_event.is_set() and self._connection is None:
                     return
@@ -384,7 +417,7 @@ class ConsumerRuntime:
                 self._local.put(item)
             if stopping and self._connection is None:
                 return
-            self._held.wait_for_next(IDLE_WAIT_S)  # a stop wakes it
+            self._held.wait_for_next()  # until the next is due; a stop wakes it
 
     def _idle(self) -> None:
         if self.when_idle is None:
@@ -457,7 +490,7 @@ def run_consumers(
     handler: Handler,
     concurrency: int,
     on_start: Callable[[], None] | None = None,
-    stop_event: threading.Event | None = None,
+    stop_event: StopEvent | None = None,
     when_idle: Callable[[], None] | None = None,
     private_api: bool = True,
 ) -> int:
@@ -477,6 +510,10 @@ def run_consumers(
     if on_start is not None:
         on_start()
     return runtime.run()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _one_line(exc: BaseException) -> str:

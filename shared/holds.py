@@ -31,6 +31,7 @@ class HeldMessages(Generic[T]):
         self._seq = itertools.count()  # ties keep their order, and items are never compared
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)
+        self._woken = False  # a wake() that the timer thread has not yet seen
 
     def __len__(self) -> int:
         with self._lock:
@@ -61,13 +62,22 @@ class HeldMessages(Generic[T]):
             return items
 
     def wake(self) -> None:
-        """End a `wait_for_next` now (the service is stopping)."""
+        """End a `wait_for_next` now (the service is stopping). A wake that comes while the timer
+        thread is between two waits ends its next one at once: the timer sleeps with no bound
+        when nothing is held, so a lost wake would leave it asleep for good."""
         with self._lock:
+            self._woken = True
             self.changed.notify_all()
 
-    def wait_for_next(self, longest_s: float) -> None:
-        """Sleep until the earliest item is due, an earlier one is added, or `longest_s` passes."""
+    def wait_for_next(self, longest_s: float | None = None) -> None:
+        """Sleep until the earliest item is due, an earlier one is added, `wake` is called, or
+        `longest_s` (if given) passes."""
         with self._lock:
-            delay = longest_s if not self._heap else min(longest_s, self._heap[0][0] - self._clock())
-            if delay > 0:
-                self.changed.wait(delay)
+            if not self._woken:
+                delay = longest_s
+                if self._heap:
+                    due_in = self._heap[0][0] - self._clock()
+                    delay = due_in if delay is None else min(delay, due_in)
+                if delay is None or delay > 0:
+                    self.changed.wait(delay)
+            self._woken = False

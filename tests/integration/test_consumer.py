@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from shared import broker
-from shared.consumer import Delivery, Outcome, Subscription, run_consumers
+from shared.consumer import Delivery, Outcome, StopEvent, Subscription, run_consumers
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from shared.topology import (
@@ -52,8 +52,8 @@ def consume_in_thread(
     concurrency: int = 2,
     when_idle: Callable[[], None] | None = None,
     private_api: bool = True,
-) -> tuple[threading.Event, threading.Thread]:
-    stop = threading.Event()
+) -> tuple[StopEvent, threading.Thread]:
+    stop = StopEvent()
     thread = threading.Thread(
         target=run_consumers,
         args=(settings, "test-consumer", subscriptions, handler, concurrency),

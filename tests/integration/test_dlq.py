@@ -22,7 +22,7 @@ from dlq_consumer.record import DeadLetterRecord, record_from_delivery
 from dlq_consumer.replay import replay
 from dlq_consumer.service import DeadLetterRecorder
 from shared import broker, db
-from shared.consumer import Delivery, Subscription, run_consumers
+from shared.consumer import Delivery, StopEvent, Subscription, run_consumers
 from shared.message_bounds import bounded_body
 from shared.messages import CrawlTask, Failure, Progress
 from shared.settings import Settings
@@ -131,7 +131,7 @@ def test_the_consumer_records_and_acks_what_reaches_the_dead_queue(
 ) -> None:
     ns = short_ttl.crawl_namespace
     recorder = DeadLetterRecorder(short_ttl)
-    stop = threading.Event()
+    stop = StopEvent()
     thread = threading.Thread(
         target=run_consumers,
         args=(short_ttl, "test-dlq", [Subscription(dead_letter_queue(ns))], recorder, 1),

@@ -88,3 +88,39 @@ def test_an_earlier_item_wakes_a_sleeping_timer() -> None:
     finally:
         held.hold("stop", -1.0)
         thread.join(5.0)
+
+
+class RecordingCondition:
+    """In place of `changed`: records each sleep's timeout, and returns at once."""
+
+    def __init__(self) -> None:
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return False
+
+    def notify(self) -> None:
+        pass
+
+    def notify_all(self) -> None:
+        pass
+
+
+def test_with_nothing_held_the_timer_sleeps_without_a_bound() -> None:
+    held: HeldMessages[str] = HeldMessages(FakeTime(now=100.0))
+    held.changed = changed = RecordingCondition()  # type: ignore[assignment]
+    held.wait_for_next()
+    held.hold("x", 30.0)
+    held.wait_for_next()
+    assert changed.waits == [None, pytest.approx(30.0)]
+
+
+def test_a_wake_between_two_waits_ends_the_next_one_at_once_and_only_that_one() -> None:
+    held: HeldMessages[str] = HeldMessages(lambda: 0.0)
+    held.changed = changed = RecordingCondition()  # type: ignore[assignment]
+    held.wake()  # the timer thread is busy elsewhere: the wake is kept for its next wait
+    held.wait_for_next()
+    assert changed.waits == []  # no sleep at all
+    held.wait_for_next()
+    assert changed.waits == [None]

@@ -4,8 +4,7 @@ is waited out."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -17,7 +16,7 @@ from producer.routing import load_router
 from producer.sitemaps import SitemapEntry
 from shared import retrying
 from shared.broker import Publication
-from shared.consumer import ConsumerRuntime, Delivery, Outcome
+from shared.consumer import ConsumerRuntime, Delivery, Outcome, StopEvent
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from tests.fakes import FakeTime, MemoryDedup
@@ -121,7 +120,7 @@ def test_the_writer_commits_the_batch_once_the_database_is_back() -> None:
 # ---- the consumer: paused handlers and reconnects, both cut short by the stop ------------------
 
 
-class StopAfter(threading.Event):
+class StopAfter(StopEvent):
     """A stop Event whose wait returns at once, recording the pause; set after `waits` of them."""
 
     def __init__(self, waits: int | None = None) -> None:
@@ -151,6 +150,9 @@ class FakeLink:
         if self.runtime.plan:
             raise ConnectionError("connection reset")
         self.runtime.stop_event.set()
+
+    def add_callback_threadsafe(self, callback: Callable[[], None]) -> None:
+        pass  # the stop's wake: the loop above looks at the flag next anyway
 
     def close(self) -> None:
         pass
