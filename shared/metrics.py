@@ -58,12 +58,12 @@ a URL or domain in a label, which would create a series per page.
 from __future__ import annotations
 
 import logging
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.registry import Collector
 
 from shared.errors import ConfigError
+from shared.metrics_server import MetricsServer, serve_metrics
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ def observe_fetch(seconds: float, status: int | None) -> None:
         HTTP_RESPONSES.labels(str(status)).inc()
 
 
-def start_metrics_server(settings: Settings, registry: Collector = REGISTRY) -> WSGIServer | None:
+def start_metrics_server(settings: Settings, registry: Collector = REGISTRY) -> MetricsServer | None:
     """Serve /metrics on METRICS_HOST:METRICS_PORT from a daemon thread; None when the port is 0.
 
     The server thread never blocks the service, and dies with it. The server is returned so that
@@ -125,9 +125,7 @@ def start_metrics_server(settings: Settings, registry: Collector = REGISTRY) -> 
     if settings.metrics_port == 0:
         return None
     try:
-        server, _thread = start_http_server(
-            settings.metrics_port, addr=settings.metrics_host, registry=registry
-        )
+        server = serve_metrics(settings.metrics_host, settings.metrics_port, registry)
     except OSError as exc:
         # Typically a second process on one machine with the same port: say which setting to change.
         raise ConfigError(

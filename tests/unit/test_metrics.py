@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import socket
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
@@ -67,6 +70,31 @@ def test_a_port_in_use_is_a_config_error_naming_the_setting() -> None:
         taken.listen()
         with pytest.raises(ConfigError, match=re.escape("METRICS_PORT: cannot listen on 127.0.0.1:")):
             metrics.start_metrics_server(on_port(taken.getsockname()[1]))
+
+
+def wakes_of(thread: threading.Thread) -> int:
+    """How many times the thread has gone to sleep and been woken (Linux)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def test_the_server_thread_sleeps_until_a_scrape_or_the_shutdown() -> None:
+    server = metrics.start_metrics_server(on_port(free_port()))
+    assert server is not None
+    port = server.server_address[1]
+    [thread] = [t for t in threading.enumerate() if t.name == "metrics-server"]
+    try:
+        scrape(port)
+        time.sleep(0.1)  # the request's thread is done with the server's socket
+        before = wakes_of(thread)
+        time.sleep(1.2)  # serve_forever's own loop would have woken twice
+        assert wakes_of(thread) == before
+        assert "crawl_pages_stored_total" in scrape(port)
+    finally:
+        started = time.monotonic()
+        server.shutdown()
+        server.server_close()
+    assert time.monotonic() - started < 1.0 and not thread.is_alive()
 
 
 def dead_letters_counted(reason: str) -> float:
