@@ -6,8 +6,9 @@ its libpq, lxml, BeautifulSoup, requests, redis and pika. With `WORKER_PROCESSES
 and share those pages until they write to them. On a machine with several cores that is one
 container (or one systemd unit) in place of N.
 
-The parent only supervises. It forwards SIGTERM and SIGINT to the workers, which finish their
-messages in flight as a lone worker does. A worker that ends on its own (killed, out of memory,
+The parent only supervises, asleep until a signal (a worker ended, a stop) or a restart is
+due. It forwards SIGTERM and SIGINT to the workers, which finish their messages in flight as a
+lone worker does. A worker that ends on its own (killed, out of memory,
 a crash) is forked again after a pause that grows with each death (shared/supervision.py);
 the broker has already given back whatever it held, and the others go on working meanwhile. A
 worker that keeps dying (more than 5 times within 60 s: a setting or a service that a restart
@@ -23,10 +24,11 @@ import ctypes
 import gc
 import logging
 import os
+import select
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from shared.supervision import RestartPolicy
 
@@ -34,7 +36,6 @@ log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
-_REAP_POLL_S = 0.1  # how often the parent looks for ended workers and workers due to start
 
 
 def run_pool(
@@ -51,10 +52,33 @@ def run_pool(
     pool = _Pool(processes, serve, name_of, policy)
     signal.signal(signal.SIGTERM, pool.stop_all)
     signal.signal(signal.SIGINT, pool.stop_all)
-    for index in range(processes):
-        pool.fork(index)
-    log.info("worker pool of %d processes started: %s", processes, ", ".join(map(str, pool.children)))
-    return pool.supervise()
+    with _signals_wake() as pipe:
+        pool.wake_pipe = pipe
+        for index in range(processes):
+            pool.fork(index)
+        log.info("worker pool of %d processes started: %s", processes, ", ".join(map(str, pool.children)))
+        return pool.supervise()
+
+
+@contextlib.contextmanager
+def _signals_wake() -> Iterator[tuple[int, int]]:
+    """A pipe that every signal with a Python handler writes a byte to, SIGCHLD included: the
+    parent sleeps on it, until a worker ends or a stop comes, instead of looking every so often
+    (ten times a second, for hours of a polite crawl). Yields (read end, write end)."""
+    reader, writer = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    previous_chld = signal.signal(signal.SIGCHLD, _ignore)  # a Python handler, so that it writes
+    previous_fd = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
+    try:
+        yield reader, writer
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGCHLD, previous_chld)
+        os.close(reader)
+        os.close(writer)
+
+
+def _ignore(_signum: int, _frame: object) -> None:
+    pass
 
 
 class _Pool:
@@ -73,6 +97,7 @@ class _Pool:
         self.children: dict[int, int] = {}  # pid -> index
         self.policies = {index: policy() for index in range(processes)}
         self.restart_at: dict[int, float] = {}  # index -> monotonic time of its next fork
+        self.wake_pipe = (-1, -1)  # the pipe signals write to (_signals_wake)
         self.stopping = False
         self.code = 0
 
@@ -92,7 +117,9 @@ class _Pool:
             return False
         pid = os.fork()
         if pid == 0:
-            os._exit(_serve_in_child(index, self.parent, self.serve))  # never back into the parent's frames
+            os._exit(
+                _serve_in_child(index, self.parent, self.serve, self.wake_pipe)
+            )  # never back into the parent's frames
         self.children[pid] = index
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         return True
@@ -104,10 +131,21 @@ class _Pool:
                 self._fork_those_due()
             pid, status = _reap()
             if pid == 0:
-                time.sleep(_REAP_POLL_S)
+                self._sleep()
                 continue
             self._ended(pid, status)
         return self.code
+
+    def _sleep(self) -> None:
+        """Until a signal comes (a worker ended, a stop) or the next restart is due."""
+        due = None if self.stopping or not self.restart_at else min(self.restart_at.values())
+        timeout = None if due is None else max(0.0, due - time.monotonic())
+        reader = self.wake_pipe[0]
+        select.select([reader], [], [], timeout)
+        # Emptied before the next look for ended workers: a signal after this writes again.
+        with contextlib.suppress(BlockingIOError):
+            while os.read(reader, 512):
+                pass
 
     def _fork_those_due(self) -> None:
         for index, at in list(self.restart_at.items()):
@@ -153,11 +191,13 @@ def _reap() -> tuple[int, int]:
         return 0, 0
 
 
-def _serve_in_child(index: int, parent: int, serve: Callable[[int], int]) -> int:
+def _serve_in_child(index: int, parent: int, serve: Callable[[int], int], wake_pipe: tuple[int, int]) -> int:
     code = 1
     try:
+        _forget_wake_pipe(wake_pipe)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         _die_with(parent)
         code = serve(index)
@@ -170,6 +210,14 @@ def _serve_in_child(index: int, parent: int, serve: Callable[[int], int]) -> int
             sys.stdout.flush()
             sys.stderr.flush()
     return code
+
+
+def _forget_wake_pipe(pipe: tuple[int, int]) -> None:
+    """In a new worker: its signals are its own, not news for the parent."""
+    signal.set_wakeup_fd(-1)
+    for fd in pipe:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _die_with(parent: int) -> None:

@@ -151,6 +151,52 @@ def test_a_stop_that_comes_just_before_a_restart_leaves_no_worker_unstopped(tmp_
     assert result.stdout.split() == ["1"], result.stderr  # the second restart was not forked
 
 
+SLEEPING_PARENT_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    from worker.pool import run_pool
+
+    def serve(index: int) -> int:
+        time.sleep(30)  # until the pool stops it
+        return 0
+
+    def wakes() -> int:
+        status = open(f"/proc/self/task/{os.getpid()}/status").read()
+        return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+    def watch() -> None:  # the parent's main thread, while both workers run
+        time.sleep(0.5)
+        before = wakes()
+        time.sleep(1.5)
+        print(wakes() - before)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True).start()
+    sys.exit(run_pool(2, serve))
+    """
+)
+
+
+def test_the_parent_sleeps_while_its_workers_run_and_a_stop_still_ends_them(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", SLEEPING_PARENT_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert int(result.stdout.split()[0]) <= 1, result.stderr  # polling every 0.1 s made 15
+    assert result.returncode == 128 + 15  # the workers ended by the SIGTERM passed on to them
+    assert time.monotonic() - started < 20
+
+
 def test_a_crawl_process_that_keeps_dying_is_given_up_with_its_own_last_line(tmp_path: Path) -> None:
     lines: list[str] = []
     procs = Processes(
