@@ -6,6 +6,7 @@ import contextlib
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -161,3 +162,21 @@ def services_delta(before: dict[int, float], after: dict[int, float]) -> float:
 def self_children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def free_port_block(size: int) -> int:
+    """The first of `size` consecutive loopback ports that are free now."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + size > 65536:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + size):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise SystemExit(f"no {size} consecutive free ports found")

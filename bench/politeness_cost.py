@@ -21,13 +21,11 @@ fresh names and removes its queues, keys and schema.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +36,7 @@ from pathlib import Path
 import requests
 from psycopg import sql
 
+from bench.measure import free_port_block
 from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
 from bench.site import LoggedSite, most_in_any_window, pages_route
 from ops.crawl_workers import worker_launches
@@ -185,24 +184,6 @@ def produce(env: dict[str, str], site: LoggedSite, pages: int, path: Path, run_i
     if done.returncode != 0:
         raise SystemExit(f"producer failed: {done.stderr.strip()[-2000:]}")
     return (after.children_user - before.children_user) + (after.children_system - before.children_system)
-
-
-def free_port_block(size: int) -> int:
-    """The first of `size` consecutive loopback ports that are free now."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + size > 65536:
-            continue
-        try:
-            with contextlib.ExitStack() as held:
-                for port in range(base, base + size):
-                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise SystemExit(f"no {size} consecutive free ports found")
 
 
 def scrape(ports: list[int]) -> dict[str, float]:

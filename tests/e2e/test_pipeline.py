@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import collections
-import contextlib
 import io
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from bench.measure import free_port_block
 from demo_site.config import Kind
 from demo_site.server import DemoSite
 from ops.accounting import account
@@ -218,24 +217,6 @@ def test_an_extraction_profile_fills_its_fields_on_the_demo_site(
         assert isinstance(extracted, dict)
         assert extracted["headline"] == h1 and extracted["language"] == "en" and extracted["links"]
     assert {profile for url, profile, _, _ in found if "/news/" not in str(url)} == {None}
-
-
-def free_port_block(size: int) -> int:
-    """A base port with `size` free ports from it (another process may take one meanwhile: rare)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base: int = probe.getsockname()[1]
-        if base + size > 65535:
-            continue
-        try:
-            with contextlib.ExitStack() as held:
-                for port in range(base, base + size):
-                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no block of free ports found")
 
 
 @pytest.mark.parametrize("separate", [False, True], ids=["pool", "separate-workers"])
