@@ -35,6 +35,7 @@ from ops.crawl_processes import (
     STOP_TIMEOUT_S,
     CrawlFailed,
     Processes,
+    StopRequest,
     Terminated,
     last_line,
     sigterm_as_interrupt,
@@ -100,7 +101,7 @@ def run_crawl(
     if ports:
         print(describe(ports, launches, child_settings.metrics_host), file=out)
     started = time.monotonic()
-    with sigterm_as_interrupt(), RunWatch(settings, run_id) as watch:
+    with sigterm_as_interrupt() as stop_request, RunWatch(settings, run_id) as watch:
         state = watch.state()
         if state == CANCELLED:
             raise ConfigError(f"run {run_id!r} was cancelled; start a new run (another --run-id)")
@@ -120,7 +121,9 @@ def run_crawl(
                     procs.start(launch.name, "worker", *launch.args, env=env_for(launch.name, env, ports))
                 producer = start_producer(run_id, producer_args, env_for("producer", env, ports), log_dir)
                 procs.adopt("producer", producer)
-                summary = wait_until_accounted(watch, producer, log_dir, procs, display, timeout_s)
+                summary = wait_until_accounted(
+                    watch, producer, log_dir, procs, display, timeout_s, stop_request
+                )
                 elapsed = time.monotonic() - started
         except CrawlFailed as exc:
             codes = procs.stop_all()
@@ -137,7 +140,7 @@ def run_crawl(
                     flush=True,
                 )
                 elapsed = time.monotonic() - started
-                codes = procs.stop_all()
+                codes = procs.stop_all(signalled_too=not terminated)
             summary = summary or summary_if_any(log_dir)  # the producer prints one when stopped
             a = account(settings, run_id)
             print_accounting(a, watch, summary, elapsed, codes, log_dir, out, finished=False)
@@ -194,14 +197,18 @@ def wait_until_accounted(
     procs: Processes,
     display: ProgressDisplay,
     timeout_s: float,
+    stop_request: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Supervise and show progress until the producer has finished and every URL the run has
-    enqueued is accounted for; return the producer's summary."""
+    enqueued is accounted for; return the producer's summary. Raises KeyboardInterrupt (or
+    Terminated) once `stop_request` has noted Ctrl-C (or SIGTERM)."""
     deadline = time.monotonic() + timeout_s
     rate = Rate()
     summary: dict[str, Any] | None = None
     snapshot: Snapshot | None = None  # the last one read
     while True:
+        if stop_request is not None:
+            stop_request.raise_if_stopped()  # before supervise() starts again what the stop ended
         procs.supervise()
         if summary is None and producer.poll() is not None:
             summary = producer_summary(producer, log_dir)

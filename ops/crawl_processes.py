@@ -26,6 +26,7 @@ from shared.errors import PipelineError
 from shared.supervision import RestartPolicy
 
 STOP_TIMEOUT_S = 30.0
+ALREADY_STOPPING_S = 10.0  # within STOP_TIMEOUT_S
 _TAIL_BYTES = 4096
 
 
@@ -38,21 +39,39 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (`docker stop`, a k8s eviction, `kill`): a crawl stops as on Ctrl-C."""
 
 
+class StopRequest:
+    """Ctrl-C or SIGTERM, noted by the signal handler and acted on where the crawl looks for it.
+
+    Raised from the handler, the KeyboardInterrupt lands in whatever runs at that moment, and
+    inside a client library (Redis, PostgreSQL) it can be lost there: the crawl then went on and
+    started again the processes the same Ctrl-C had stopped. So the handler only notes the
+    signal, and `raise_if_stopped()` raises at a point the crawl controls."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []  # a list, not an Event: its lock may be the main thread's
+
+    def note(self, signum: int, _frame: object) -> None:
+        self.signals.append(signum)
+
+    def raise_if_stopped(self) -> None:
+        if self.signals:
+            raise Terminated if self.signals[0] == signal.SIGTERM else KeyboardInterrupt
+
+
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """While inside, SIGTERM raises Terminated where Ctrl-C would raise KeyboardInterrupt."""
+def sigterm_as_interrupt() -> Iterator[StopRequest]:
+    """While inside, Ctrl-C and SIGTERM are noted in the StopRequest yielded, which raises
+    KeyboardInterrupt (Terminated for SIGTERM) when asked: the crawl stops the same way for both."""
+    request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
+        yield request  # signal handlers can only be set from the main thread
         return
-
-    def terminate(_signum: int, _frame: object) -> None:
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = {signum: signal.signal(signum, request.note) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield request  # a stop noted once the crawl is done and stopping changes nothing
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -151,12 +170,21 @@ class Processes:
     def _is_worker(self, name: str) -> bool:
         return self._commands[name][0][2] == "worker"
 
-    def stop_all(self) -> dict[str, int | None]:
+    def stop_all(self, signalled_too: bool = False) -> dict[str, int | None]:
+        """SIGTERM every process still running and wait for them (SIGKILL after STOP_TIMEOUT_S).
+        `signalled_too`: they had the same signal as the crawl (Ctrl-C reaches the terminal's
+        whole process group) and are stopping already: give them ALREADY_STOPPING_S first, so
+        that a SIGTERM does not land in an interpreter's last moments, when Python has put the
+        default handlers back and the signal kills it."""
         self._restart_at.clear()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        if signalled_too:
+            own_stop = time.monotonic() + ALREADY_STOPPING_S
+            while time.monotonic() < own_stop and any(p.poll() is None for p in self.running.values()):
+                time.sleep(0.05)
         for process in self.running.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
         codes: dict[str, int | None] = {}
         for name, process in self.running.items():
             try:
