@@ -39,6 +39,7 @@ import queue
 import threading
 
 import redis
+import redis.cluster
 
 from shared import metrics
 from shared.keys import Keys
@@ -104,6 +105,10 @@ class HandledMarks:
         self._start_lock = threading.Lock()
         self._closed = False  # close() is final: no writer starts after it
         self._check = client.register_script(CHECK_SCRIPT)  # EVALSHA, reloaded on NOSCRIPT
+        # On a Redis Cluster the dedup bucket and the run's counters live in different slots,
+        # which no one script may touch: there the check reads the mark alone and the counters
+        # follow as commands of their own (not atomic with it; they are figures, not state).
+        self._on_cluster = isinstance(client, redis.cluster.RedisCluster)
         for kind in DELIVERY_KINDS:  # each series from 0, so increase() sees the first one
             metrics.DUPLICATE_DELIVERIES.labels(kind)
 
@@ -115,16 +120,34 @@ class HandledMarks:
         worker: the same delivery); `from_producer`: the message is as a producer published it."""
         key, field = seen_field(self._keys, task.run_id, task.url)
         with translate_redis_errors(self._client):
-            handled = bool(
-                self._check(
-                    keys=[key, self._keys.run_stats(task.run_id)],
-                    args=[field, kind, 1 if from_producer else 0, 0 if counted else 1],
+            if self._on_cluster:
+                handled = self._check_on_cluster(key, field, task.run_id, kind, from_producer, counted)
+            else:
+                handled = bool(
+                    self._check(
+                        keys=[key, self._keys.run_stats(task.run_id)],
+                        args=[field, kind, 1 if from_producer else 0, 0 if counted else 1],
+                    )
                 )
-            )
         if kind == COPY and not counted:
             metrics.PRODUCER_COPIES_RECEIVED.inc()
         if handled:
             metrics.DUPLICATE_DELIVERIES.labels(kind).inc()
+        return handled
+
+    def _check_on_cluster(
+        self, key: str, field: bytes, run_id: str, kind: str, from_producer: bool, counted: bool
+    ) -> bool:
+        """CHECK_SCRIPT's work as separate commands, for a cluster (see __init__)."""
+        handled = self._client.hget(key, field) in (HANDLED, HANDLED.decode())  # bytes or decoded
+        stats = self._keys.run_stats(run_id)
+        if not counted and kind == COPY:
+            self._client.hincrby(stats, "copies_received", 1)
+        elif not counted and kind == REDELIVERED and from_producer:
+            self._client.hincrby(stats, "copies_redelivered", 1)
+        if handled:
+            self._client.hincrby(stats, "duplicate_deliveries", 1)
+            self._client.hincrby(stats, f"duplicate_deliveries.{kind}", 1)
         return handled
 
     def mark_later(self, task: CrawlTask) -> None:
