@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from shared.errors import PipelineError
+from shared.signals import stop_signals_call
 from shared.supervision import RestartPolicy
 
 STOP_TIMEOUT_S = 30.0
@@ -50,9 +51,6 @@ class StopRequest:
     def __init__(self) -> None:
         self.signals: list[int] = []  # a list, not an Event: its lock may be the main thread's
 
-    def note(self, signum: int, _frame: object) -> None:
-        self.signals.append(signum)
-
     def raise_if_stopped(self) -> None:
         if self.signals:
             raise Terminated if self.signals[0] == signal.SIGTERM else KeyboardInterrupt
@@ -61,17 +59,15 @@ class StopRequest:
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[StopRequest]:
     """While inside, Ctrl-C and SIGTERM are noted in the StopRequest yielded, which raises
-    KeyboardInterrupt (Terminated for SIGTERM) when asked: the crawl stops the same way for both."""
+    KeyboardInterrupt (Terminated for SIGTERM) when asked: the crawl stops the same way for both.
+    A stop noted once the crawl is done and stopping changes nothing."""
     request = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield request  # signal handlers can only be set from the main thread
-        return
-    previous = {signum: signal.signal(signum, request.note) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield request  # a stop noted once the crawl is done and stopping changes nothing
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    with stop_signals_call(_nothing, request.signals):
+        yield request
+
+
+def _nothing() -> None:
+    pass
 
 
 @contextlib.contextmanager

@@ -16,8 +16,8 @@ def test_nothing_is_raised_before_a_signal() -> None:
 
 def test_ctrl_c_raises_keyboard_interrupt_and_sigterm_raises_terminated() -> None:
     ctrl_c, sigterm = StopRequest(), StopRequest()
-    ctrl_c.note(signal.SIGINT, None)
-    sigterm.note(signal.SIGTERM, None)
+    ctrl_c.signals.append(signal.SIGINT)
+    sigterm.signals.append(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt) as raised:
         ctrl_c.raise_if_stopped()
     assert not isinstance(raised.value, Terminated)
@@ -27,8 +27,8 @@ def test_ctrl_c_raises_keyboard_interrupt_and_sigterm_raises_terminated() -> Non
 
 def test_the_first_signal_decides_and_later_ones_change_nothing() -> None:
     request = StopRequest()
-    request.note(signal.SIGTERM, None)
-    request.note(signal.SIGINT, None)
+    request.signals.append(signal.SIGTERM)
+    request.signals.append(signal.SIGINT)
     with pytest.raises(Terminated):
         request.raise_if_stopped()
 
