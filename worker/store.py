@@ -39,7 +39,13 @@ from shared.settings import Settings
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 200
-BATCH_WAIT_S = 0.02  # how long the writer waits for more rows before it commits what it has
+# How long the first row of a batch waits for more before the writer commits what it has. A
+# batch is full at a worker's fetches in flight (wiring.py), so a busy worker commits long before
+# this; it matters when pages trickle in, as in a polite crawl, where each commit of a row or two
+# is mostly fixed cost. At 4 pages/s over 3 workers, 1 s instead of 20 ms cost the workers 2 ms
+# (15%) less CPU a page and PostgreSQL 0.5 ms (35%) less. The price is an ack up to a second
+# later; a caller that waits for its row (save_page, save_skip) does not wait for the batch.
+BATCH_WAIT_S = 1.0
 PATIENCE_S = 120.0  # how long a batch waits for an unreachable PostgreSQL before it fails
 
 UPSERT_PAGE = """
@@ -92,6 +98,18 @@ ON CONFLICT (run_id, url) DO UPDATE SET
 """
 
 
+# The page's upsert and its two clean-ups above, as one statement: data-modifying CTEs run
+# whether or not the outer query reads them, in the same snapshot (the three touch different
+# tables). One statement a row instead of three cost PostgreSQL 30-45% less CPU a row, and the
+# writer 40-45% less, in batches of 1 and of 10.
+STORE_PAGE = f"""
+WITH page AS ({UPSERT_PAGE.strip()} RETURNING 1),
+     superseded AS ({SUPERSEDE_DEAD_LETTER.strip()}),
+     dropped AS ({DROP_SKIP.strip()})
+SELECT 1
+"""
+
+
 @dataclass(frozen=True)
 class PageRow:
     run_id: str
@@ -135,6 +153,7 @@ Committed = Callable[[BaseException | None], None]  # called with None once comm
 class _Pending:
     statements: list[tuple[str, dict[str, Any]]]  # written in the same transaction
     committed: Committed
+    waited_for: bool = False  # a caller is blocked until it is committed: commit without delay
 
 
 @dataclass
@@ -180,23 +199,19 @@ class ResultStore:
     def save_page_later(self, row: PageRow, committed: Committed) -> None:
         """Hand the row in; `committed` is called on the writer's thread once it is committed
         (with None), or with the error that kept it out. It must not block."""
-        params = {k: _clean(v) for k, v in row.__dict__.items()}
-        params["links"] = Jsonb(params["links"])
-        params["extracted"] = Jsonb(params["extracted"])
-        key = {"run_id": row.run_id, "url": row.url}
-        statements = [(UPSERT_PAGE, params), (SUPERSEDE_DEAD_LETTER, key), (DROP_SKIP, key)]
-        self._submit(_Pending(statements, committed))
+        self._submit(_Pending([(STORE_PAGE, _page_params(row))], committed))
 
     def save_page(self, row: PageRow) -> None:
         """Return once the row is committed."""
         waiter = _Waiter()
-        self.save_page_later(row, waiter)
+        self._submit(_Pending([(STORE_PAGE, _page_params(row))], waiter, waited_for=True))
         self._wait(waiter)
 
     def save_skip(self, row: SkipRow) -> None:
         """Return once the row is committed."""
         waiter = _Waiter()
-        self._submit(_Pending([(UPSERT_SKIP, {k: _clean(v) for k, v in row.__dict__.items()})], waiter))
+        params = {k: _clean(v) for k, v in row.__dict__.items()}
+        self._submit(_Pending([(UPSERT_SKIP, params)], waiter, waited_for=True))
         self._wait(waiter)
 
     def close(self) -> None:
@@ -228,7 +243,7 @@ class ResultStore:
 
     def _hand_in(self, item: _Pending | None) -> None:
         self._pending.append(item)
-        if item is None or len(self._pending) >= self.batch_rows:
+        if item is None or item.waited_for or len(self._pending) >= self.batch_rows:
             self._batch_full.set()
         if not self._arrived.is_set():
             self._arrived.set()
@@ -251,8 +266,10 @@ class ResultStore:
                 batch.append(item)
             if self._pending:  # more than a batch was waiting
                 self._arrived.set()
-                if len(self._pending) >= self.batch_rows or self._pending[-1] is None:
-                    self._batch_full.set()  # a whole batch, or the stop mark: no need to wait
+                if len(self._pending) >= self.batch_rows or any(
+                    item is None or item.waited_for for item in self._pending
+                ):
+                    self._batch_full.set()  # a whole batch, the stop mark or a waiting caller
             if batch:
                 self._write(batch)
             if stopping:
@@ -353,6 +370,13 @@ class _Interrupted(PipelineError):
         super().__init__(str(error))
         self.error = error
         self.unfinished = unfinished
+
+
+def _page_params(row: PageRow) -> dict[str, Any]:
+    params = {k: _clean(v) for k, v in row.__dict__.items()}
+    params["links"] = Jsonb(params["links"])
+    params["extracted"] = Jsonb(params["extracted"])
+    return params
 
 
 def _clean(value: Any) -> Any:

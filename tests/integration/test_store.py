@@ -115,15 +115,35 @@ def test_a_full_batch_commits_without_waiting_out_the_window(settings: Settings)
     db.ensure_schema(settings)
     # A window far past the test's timeout: only full batches can get these rows committed.
     store = ResultStore(settings, batch_rows=5, batch_wait_s=3600)
-    threads = [
-        threading.Thread(target=store.save_page, args=(page(f"http://a.test/{i}", f"t{i}"),))
-        for i in range(25)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    committed = threading.Semaphore(0)
+    errors: list[BaseException] = []
+
+    def settled(error: BaseException | None) -> None:
+        if error is not None:
+            errors.append(error)
+        committed.release()
+
+    for i in range(25):
+        store.save_page_later(page(f"http://a.test/{i}", f"t{i}"), settled)
+    for _ in range(25):
+        committed.acquire()
+    assert errors == []
     assert count(settings, "SELECT count(*) FROM pages") == 25
+    store.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_caller_waiting_for_its_row_does_not_wait_out_the_window(settings: Settings) -> None:
+    db.ensure_schema(settings)
+    store = ResultStore(settings, batch_rows=100, batch_wait_s=3600)
+    later: list[BaseException | None] = []
+    store.save_page_later(page("http://a.test/later", "t"), later.append)
+    store.save_skip(SkipRow("r1", "http://a.test/skipped", "robots", "disallowed", "w1"))
+    store.save_page(page("http://a.test/now", "t"))
+    # The row handed in before them shared their commit.
+    assert later == [None]
+    assert count(settings, "SELECT count(*) FROM pages") == 2
+    assert count(settings, "SELECT count(*) FROM skips") == 1
     store.close()
 
 
