@@ -164,7 +164,7 @@ class CrawlHandler:
     def __call__(self, delivery: Delivery) -> Outcome:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
             return too_often
-        self._local.delivery, self._local.marked = delivery, False
+        self._local.delivery, self._local.marked, self._local.cache_missed = delivery, False, False
         try:
             return self._handle(delivery)
         finally:
@@ -324,12 +324,19 @@ class CrawlHandler:
 
     def _response_for(self, url: str, rules: RobotsRules | None) -> Response:
         """From the cache while fresh; else fetched (conditionally, if cached) through the gate."""
-        cached = self.cache.get(url)
+        memo = self._local.delivery.memo
+        if isinstance(memo, Waiting) and memo.slot is not None and memo.cache_missed:
+            # Back from a hold with its slot reserved, and the cache had nothing for it when it
+            # came: it is fetched now, without reading the cache again (a polite crawl's every
+            # page comes this way, and the read was a round trip a page).
+            cached = None
+        else:
+            cached = self.cache.get(url)
+            self._local.cache_missed = cached is None
         if cached is not None and cached.fresh:
             metrics.CACHE_HITS.inc()
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
-        memo = self._local.delivery.memo
         fetched = self.gate.call(
             domain_of(url),
             lambda: self._risky(lambda: self.fetch.page(url, cached)),
@@ -389,7 +396,7 @@ class CrawlHandler:
         broker like any message in flight."""
         log.debug("holding %s for %.3f s (%s)", task.url, later.wait_s, later.reason)
         metrics.HOLDS.labels(later.reason).inc()
-        return Outcome.hold(later.wait_s, Waiting(waiting.since, later.slot))
+        return Outcome.hold(later.wait_s, Waiting(waiting.since, later.slot, self._local.cache_missed))
 
     def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:
         """The domain cannot take the URL for longer than we wait in-process: back through a
@@ -485,11 +492,12 @@ class CrawlHandler:
 
 @dataclass(frozen=True)
 class Waiting:
-    """What a held delivery carries (Delivery.memo): since when it has been held, and the slot
-    reserved for it, if any."""
+    """What a held delivery carries (Delivery.memo): since when it has been held, the slot
+    reserved for it, if any, and whether the cache was found empty for it."""
 
     since: float  # time.monotonic()
     slot: HeldSlot | None = None
+    cache_missed: bool = False  # the response cache had nothing for the URL when it first came
 
 
 def _context(task: CrawlTask) -> dict[str, str]:

@@ -78,8 +78,10 @@ class FakeCache:
     def __init__(self, hit: CacheEntry | None = None) -> None:
         self.hit = hit
         self.puts: list[Response] = []
+        self.reads = 0
 
     def get(self, url: str) -> CacheEntry | None:
+        self.reads += 1
         return self.hit
 
     def put(self, url: str, response: Response) -> bool:
@@ -302,6 +304,27 @@ def test_a_url_whose_slot_is_beyond_the_inline_wait_is_held_with_its_slot_then_s
     assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
     assert rig.fetch.urls == ["http://a.test/p"] and len(limiter.rates) == reservations
     assert limiter.released == ["held-lease"] and limiter.sped_up == 1
+
+
+@pytest.mark.parametrize(
+    ("cached", "reads"),
+    [
+        (None, 1),  # nothing cached when it came: fetched after the hold without a second read
+        (CacheEntry(ok_response(from_cache=True, etag='"v1"'), fresh=False), 2),  # read again to revalidate
+    ],
+)
+def test_a_held_url_reads_the_cache_again_only_if_it_found_something_there(
+    cached: CacheEntry | None, reads: int
+) -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter, cache=FakeCache(cached))
+    held = rig.handler(delivery())
+    assert isinstance(held.memo, Waiting) and held.memo.slot is not None
+    rig.time.now = held.memo.slot.due
+    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert rig.fetch.urls == ["http://a.test/p"]
+    assert rig.cache.reads == reads
+    assert rig.fetch.revalidated == [cached]
 
 
 def test_a_url_refused_within_the_hold_horizon_is_held_without_a_slot() -> None:
