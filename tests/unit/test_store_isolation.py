@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -178,3 +180,46 @@ def test_translate_lets_a_data_error_through_and_turns_a_lost_connection_into_an
         raise psycopg.errors.ProgramLimitExceeded("index row size exceeds maximum")
     with pytest.raises(ServiceUnavailable), db.translate(Settings()):
         raise psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+
+
+class GatedDatabase(FakeDatabase):
+    """Each transaction waits for `gate`: the writer is kept busy while rows pile up behind it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.in_transaction = threading.Event()
+
+    def connect(self, _settings: Settings) -> Any:
+        return GatedConnection(self)
+
+
+class GatedConnection(FakeConnection):
+    database: GatedDatabase
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.database.in_transaction.set()
+        self.database.gate.wait()
+        with super().transaction():
+            yield
+
+
+@pytest.mark.timeout(30)
+def test_a_caller_left_behind_a_full_batch_does_not_wait_out_the_window() -> None:
+    database = GatedDatabase()
+    store = ResultStore(Settings(), batch_rows=2, batch_wait_s=3600, connect=database.connect)
+    for url in ("http://a.test/0", "http://a.test/1"):
+        store.save_page_later(page(url), lambda _error: None)
+    assert database.in_transaction.wait(10)  # the writer holds the first batch
+    for url in ("http://a.test/2", "http://a.test/3"):
+        store.save_page_later(page(url), lambda _error: None)
+    waiting = threading.Thread(target=store.save_page, args=(page("http://a.test/waited-for"),))
+    waiting.start()
+    while len(store._pending) < 3:  # the full batch and the caller's row behind it
+        time.sleep(0.01)
+    database.gate.set()
+    waiting.join(20)
+    assert not waiting.is_alive()
+    assert database.committed[-1] == "http://a.test/waited-for"
+    store.close()
