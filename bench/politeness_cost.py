@@ -10,7 +10,7 @@ page is stored, then prints per run:
       (the services are shared, so their share is noisy; ours is exact); and the same net of
       what the services spend with nothing running (measured for IDLE_WINDOW_S before each
       crawl, then prorated): RabbitMQ alone idles at a few ms a second, which a crawl of
-      100 s at 2 pages/s would otherwise count as several ms a page;
+      100 s at 2 pages/s would otherwise count as a couple of ms a page;
     broker publishes a page: the producer's one per URL plus every deferral and retry the
       workers counted (their metrics), so 1.0 is each URL published once and never deferred;
       deliveries a page: messages the workers took from the broker, redeliveries included;
@@ -208,7 +208,7 @@ def scrape(ports: list[int]) -> dict[str, float]:
 
 def wait_until_stored(settings: Settings, pages: int) -> None:
     """Polls one connection: a connection a poll cost PostgreSQL a backend's start each time,
-    about half a second of its CPU over a polite crawl, which the figures charged to the crawl."""
+    twice a second, and the figures charged that to the crawl."""
     query = sql.SQL("SELECT count(*) FROM {}.pages").format(sql.Identifier(settings.pg_schema))
     deadline = time.monotonic() + DONE_TIMEOUT_S
     with db.connect(settings, autocommit=True) as conn:
