@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import resource
 import signal
 import socket
@@ -165,13 +166,11 @@ def self_children_cpu_s() -> float:
 
 
 def free_port_block(size: int) -> int:
-    """The first of `size` consecutive loopback ports that are free now."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + size > 65536:
-            continue
+    """The first of `size` consecutive loopback ports that are free now, below the kernel's
+    ephemeral range: a block inside it could be taken, between this check and a server's bind,
+    by the local end of any outgoing connection (a worker's to Redis, say)."""
+    ephemeral_low = _ephemeral_low()
+    for base in random.sample(range(10_000, ephemeral_low - size), 100):
         try:
             with contextlib.ExitStack() as held:
                 for port in range(base, base + size):
@@ -180,3 +179,10 @@ def free_port_block(size: int) -> int:
             continue
         return base
     raise SystemExit(f"no {size} consecutive free ports found")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
