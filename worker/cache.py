@@ -14,6 +14,11 @@ Freshness: an entry is kept for CACHE_TTL_S, but used without asking the server 
 younger than CACHE_FRESH_S (default 0: never). An older entry is revalidated: its ETag and
 Last-Modified go out as If-None-Match / If-Modified-Since, and a 304 reuses the cached body,
 after which the entry is stored again, fresh, for another CACHE_TTL_S.
+
+An entry that could never be used is not written: a response with neither ETag nor
+Last-Modified cannot be revalidated, so with CACHE_FRESH_S=0 nothing would ever read it but a
+miss. Many dynamic sites send neither; for them the write was a compression and a Redis SET a
+page (and the entry's memory for CACHE_TTL_S) bought for nothing.
 """
 
 from __future__ import annotations
@@ -91,9 +96,9 @@ class ResponseCache:
         return entry
 
     def put(self, url: str, response: Response) -> bool:
-        """Store a 200 HTML response no larger than max_body_bytes; say whether it was stored.
-        A response revalidated by a 304 carries its whole cached body and is stored again,
-        fresh."""
+        """Store a 200 HTML response no larger than max_body_bytes that a later crawl could use
+        (see the module docstring); say whether it was stored. A response revalidated by a 304
+        carries its whole cached body and is stored again, fresh."""
         if not self.enabled or not self._cacheable(response):
             return False
         header = {
@@ -121,6 +126,7 @@ class ResponseCache:
             response.status == 200
             and is_html(response.content_type)
             and len(response.body) <= self._max_body_bytes
+            and (self._fresh_s > 0 or response.etag is not None or response.last_modified is not None)
         )
 
     def _decode(self, raw: Any) -> CacheEntry | None:

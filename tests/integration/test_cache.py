@@ -138,6 +138,24 @@ def test_only_200_html_is_cached(client: redis.Redis, keys: Keys, result: Respon
     assert client.exists(keys.cache(FP)) == 0
 
 
+@pytest.mark.parametrize(
+    ("etag", "last_modified", "fresh_s", "stored"),
+    [
+        (None, None, 0.0, False),
+        ('"abc"', None, 0.0, True),
+        (None, "Mon, 01 Jan 2024 00:00:00 GMT", 0.0, True),
+        (None, None, 60.0, True),
+    ],
+    ids=["no-validators", "etag-only", "last-modified-only", "no-validators-but-used-fresh"],
+)
+def test_an_entry_is_kept_only_when_a_later_crawl_could_use_it(
+    client: redis.Redis, keys: Keys, etag: str | None, last_modified: str | None, fresh_s: float, stored: bool
+) -> None:
+    page = dataclasses.replace(PAGE, etag=etag, last_modified=last_modified)
+    assert make_cache(client, keys, fresh_s=fresh_s).put(URL, page) is stored
+    assert client.exists(keys.cache(FP)) == int(stored)
+
+
 def test_disabled_cache_neither_stores_nor_reads(client: redis.Redis, keys: Keys) -> None:
     make_cache(client, keys).put(URL, PAGE)  # an entry an enabled cache wrote earlier
     disabled = make_cache(client, keys, enabled=False)
