@@ -36,7 +36,7 @@ from shared.keys import Keys
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 from shared.urls import fingerprint
-from worker.deferred_writes import write_later
+from worker.deferred_writes import drop_read_ahead, read_ahead, write_later
 from worker.fetch import is_html
 from worker.response import CacheEntry, Response
 
@@ -94,6 +94,15 @@ class ResponseCache:
         if entry is None:
             log.warning("cache entry %s does not decode; treating it as a miss", key)
         return entry
+
+    def read_ahead(self, url: str) -> None:
+        """Have `url`'s entry read with this thread's next Redis command, for get(url) to find
+        (worker/deferred_writes.py); without the cache, nothing."""
+        if self.enabled:
+            read_ahead(self._client, "GET", self._keys.cache(fingerprint(url).hex()))
+
+    def drop_read_ahead(self) -> None:
+        drop_read_ahead(self._client)
 
     def put(self, url: str, response: Response) -> bool:
         """Store a 200 HTML response no larger than max_body_bytes that a later crawl could use

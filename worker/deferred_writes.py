@@ -5,18 +5,25 @@ fetch, the release of the domain's concurrency lease (worker/ratelimit.py) and t
 the "handling" marker (worker/poison.py) at the end. Each was a round trip of its own, and each
 round trip a handler thread makes is a system call, a wait and a GIL handoff. `defer()` holds
 such a write for the calling thread; the thread's next command (under load, the next message's
-cache read) carries it along in one pipeline, in order, ahead of itself, and `flush()` sends
-what is held when no command follows: the worker calls it whenever a handler thread finds no
-message waiting.
+check of whether its URL was handled) carries it along in one pipeline, in order, ahead of
+itself, and `flush()` sends what is held when no command follows: the worker calls it whenever
+a handler thread finds no message waiting.
 
 Only writes whose moment does not matter may be deferred, or writes that are sent the moment
 it comes: the "handling" marker, which must exist before a fetch, is held from the start of a
-handling until its cache read carries it, and `flush()` sends it just before the fetch if no
-command did. A held write that fails is logged and dropped: a missing cache entry costs a
-refetch, a marker left behind expires by itself, and a marker missing (only a Redis that
-refuses writes loses one) leaves one crash of that message uncounted. If the round trip itself fails
-(Redis unreachable), the held writes are lost with it and the caller's command fails as it
-would have alone.
+handling until the thread's next command (the domain gate's, ordinarily) carries it, and
+`flush()` sends it just before the fetch if no command did. A held write that fails is logged
+and dropped: a missing cache entry costs a refetch, a marker left behind expires by itself,
+and a marker missing (only a Redis that refuses writes loses one) leaves one crash of that
+message uncounted. If the round trip itself fails (Redis unreachable), the held writes are
+lost with it and the caller's command fails as it would have alone.
+
+A read can go ahead the same way: `read_ahead()` sends it with the thread's next command and
+keeps the reply, and the same command issued later on that thread is answered from it without
+a round trip. A handler sends the URL's cache read ahead of its "already handled?" check, the
+first command of every message: one round trip a page instead of two. One read is kept ahead
+at a time, for one handling (`drop_read_ahead()` ends it); its reply is as old as that
+handling, and one that failed is not kept (the later read goes out and meets the error itself).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from redis.cluster import RedisCluster
 
 log = logging.getLogger(__name__)
 
+_NO_REPLY = object()  # a read ahead not sent yet
+
 
 class _Deferring:
     """Held writes for either client below. On a Redis Cluster the pipeline sends each command
@@ -41,6 +50,18 @@ class _Deferring:
         self._held = threading.local()  # first: a cluster client sends commands while it starts
         super().__init__(*args, **kwargs)
 
+    def read_ahead(self, *command: Any) -> None:
+        """Send the read `command`, e.g. read_ahead("GET", key), with this thread's next command,
+        and answer the same command from its reply when it comes (see the module docstring).
+        Replaces whatever this thread had read ahead."""
+        self._held.ahead = command
+        self._held.reply = _NO_REPLY
+
+    def drop_read_ahead(self) -> None:
+        """Forget this thread's read ahead, sent or not."""
+        self._held.ahead = None
+        self._held.reply = _NO_REPLY
+
     def defer(self, *command: Any) -> None:
         """Hold a write, e.g. defer("SET", key, value, "PX", 1000), for this thread's next command."""
         self._writes().append(command)
@@ -51,7 +72,14 @@ class _Deferring:
             self._send_with_held(None)
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        if not self._writes():
+        ahead = getattr(self._held, "ahead", None)
+        if ahead is not None and args == ahead:
+            reply, self._held.ahead, self._held.reply = self._held.reply, None, _NO_REPLY
+            if reply is not _NO_REPLY:
+                return reply  # sent with an earlier command: no round trip now
+            ahead = None  # not sent yet: this command is the read
+        read_to_send = ahead is not None and self._held.reply is _NO_REPLY
+        if not self._writes() and not read_to_send:
             return super().execute_command(*args, **options)  # type: ignore[misc]
         return self._send_with_held((args, options))
 
@@ -64,22 +92,41 @@ class _Deferring:
     def _send_with_held(self, command: tuple[tuple[Any, ...], dict[str, Any]] | None) -> Any:
         writes = self._writes()
         held, writes[:] = list(writes), []
+        ahead = self._read_to_send(command)
         pipe = self.pipeline(transaction=False)  # type: ignore[attr-defined]
         for write in held:
             pipe.execute_command(*write)
+        if ahead is not None:
+            pipe.execute_command(*ahead, keys=[ahead[1]])  # a cluster routes it by its key
         if command is not None:
             args, options = command
             pipe.execute_command(*args, **options)
-        replies = pipe.execute(raise_on_error=False)
+        replies = pipe.execute(raise_on_error=False)  # lost with the round trip: writes and read
         for write, reply in zip(held, replies, strict=False):
             if isinstance(reply, Exception):
                 log.warning("deferred Redis %s failed: %s", write[0], reply)
+        if ahead is not None:
+            self._keep_read_reply(ahead, replies[len(held)])
         if command is None:
             return None
         reply = replies[-1]
         if isinstance(reply, Exception):
             raise reply
         return reply
+
+    def _read_to_send(self, command: tuple[tuple[Any, ...], dict[str, Any]] | None) -> tuple[Any, ...] | None:
+        """The read ahead to send with `command`: it goes with a command, not with a flush of
+        writes alone, and once."""
+        ahead: tuple[Any, ...] | None = getattr(self._held, "ahead", None)
+        if command is None or ahead is None or self._held.reply is not _NO_REPLY:
+            return None
+        self._held.ahead = None  # until its reply is in: a failed round trip loses it
+        return ahead
+
+    def _keep_read_reply(self, ahead: tuple[Any, ...], reply: Any) -> None:
+        # A failed read is not kept: the later read goes out and meets the error itself.
+        if not isinstance(reply, Exception):
+            self._held.ahead, self._held.reply = ahead, reply
 
 
 class DeferringRedis(_Deferring, redis.Redis):
@@ -96,6 +143,18 @@ def write_later(client: redis.Redis, *command: Any) -> None:
         client.defer(*command)
     else:
         client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
+def read_ahead(client: redis.Redis, *command: Any) -> None:
+    """`command` read ahead when the client can (see the module docstring); else nothing: the
+    read goes out when it is made."""
+    if isinstance(client, _Deferring):
+        client.read_ahead(*command)
+
+
+def drop_read_ahead(client: redis.Redis) -> None:
+    if isinstance(client, _Deferring):
+        client.drop_read_ahead()
 
 
 def flush(client: redis.Redis) -> None:

@@ -80,6 +80,12 @@ class Fetch(Protocol):
 class Cache(Protocol):
     def get(self, url: str) -> CacheEntry | None: ...
 
+    def read_ahead(self, url: str) -> None:
+        """Start reading `url`'s entry, for the get(url) to come on this thread."""
+        ...
+
+    def drop_read_ahead(self) -> None: ...
+
     def put(self, url: str, response: Response) -> bool:
         """Keep `response` for `url` if it is worth keeping; say whether it was kept."""
         ...
@@ -168,6 +174,7 @@ class CrawlHandler:
         try:
             return self._handle(delivery)
         finally:
+            self.cache.drop_read_ahead()  # a read ahead is good for one handling
             if self._local.marked and self.delivery_limit is not None:
                 # Left behind, the marker only expires; the outcome matters more.
                 with contextlib.suppress(ServiceUnavailable):
@@ -186,6 +193,7 @@ class CrawlHandler:
         # Before the run's state: every delivery is counted by kind, once (worker/handled.py),
         # and a second copy of a URL already stored or skipped keeps that one outcome, held
         # or cancelled alike (a `cancelled` skip on top would count the URL twice).
+        self._read_cache_ahead(delivery, task)
         if self._already_handled(delivery, task, progress):
             return Outcome.done()
         held_or_cancelled = self._by_run_state(delivery.body, task, progress)
@@ -213,6 +221,12 @@ class CrawlHandler:
         except PermanentError as exc:
             failed = progress.failed_once_more(self.clock())
             return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
+
+    def _read_cache_ahead(self, delivery: Delivery, task: CrawlTask) -> None:
+        """A URL's cache read goes with the "already handled?" check, in one round trip. A URL
+        back from a hold reads the cache again, if at all, when it comes to that."""
+        if not isinstance(delivery.memo, Waiting):
+            self.cache.read_ahead(task.url)
 
     def _by_run_state(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome | None:
         """The outcome of a task of a paused or cancelled run; None for a run that goes on."""
@@ -335,6 +349,9 @@ class CrawlHandler:
             self._local.cache_missed = cached is None
         if cached is not None and cached.fresh:
             metrics.CACHE_HITS.inc()
+            if self.delivery_limit is not None:
+                # The parse is the risk now, and no fetch will send the handling marker first.
+                self.delivery_limit.before_risk()
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
         fetched = self.gate.call(

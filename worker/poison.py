@@ -138,8 +138,8 @@ class DeliveryLimit:
     def mark_handling(self, delivery: Delivery) -> None:
         """Called as the handling starts: if the worker dies from now on (in the fetch or the
         parse), this message is a suspect, and its redelivery counts. The marker is held for
-        the thread's next Redis command (the cache read), which carries it in the same round
-        trip; `before_risk()` makes sure it has been written."""
+        the thread's next Redis command (the domain gate's, ordinarily), which carries it in
+        the same round trip; `before_risk()` makes sure it has been written."""
         with translate_redis_errors(self._client):  # a plain client sends it at once
             write_later(
                 self._client,
@@ -158,7 +158,7 @@ class DeliveryLimit:
 
     def unmark_handling(self, delivery: Delivery) -> None:
         """The last Redis write of a handling. Held, with the cache entry and the lease's
-        release, for the thread's next command (the next message's cache read) or until the
+        release, for the thread's next command (the next message's first) or until the
         thread runs out of messages: the message is settled by then, so a marker that outlives
         it a little, or until it expires, counts for nothing."""
         with translate_redis_errors(self._client):  # a plain client sends it at once

@@ -23,6 +23,11 @@ def client(settings: Settings) -> Iterator[DeferringRedis]:
     made.close()
 
 
+def connect_redis_like(client: DeferringRedis) -> redis.Redis:
+    """Another client of the same server: what it does is not held by `client`."""
+    return redis.Redis(connection_pool=redis.ConnectionPool(**client.connection_pool.connection_kwargs))
+
+
 @pytest.fixture
 def key(settings: Settings) -> str:
     return f"{settings.redis_prefix}:deferred"
@@ -30,9 +35,7 @@ def key(settings: Settings) -> str:
 
 def test_a_held_write_is_sent_with_the_next_command_and_before_it(client: DeferringRedis, key: str) -> None:
     client.defer("SET", key, b"held")
-    with redis.Redis(
-        connection_pool=redis.ConnectionPool(**client.connection_pool.connection_kwargs)
-    ) as other:
+    with connect_redis_like(client) as other:
         assert other.get(key) is None  # still held
     assert client.get(key) == b"held"  # the GET went after the SET, in one round trip
 
@@ -72,6 +75,61 @@ def test_the_carrying_commands_own_error_is_raised_and_scripts_reload(
         client.defer("SET", f"{key}:2", b"x")
         client.execute_command("NO-SUCH-COMMAND")
     assert client.get(f"{key}:2") == b"x"
+
+
+def test_a_read_ahead_rides_with_the_next_command_and_answers_the_same_read_once(
+    client: DeferringRedis, key: str
+) -> None:
+    client.set(key, b"before")
+    client.read_ahead("GET", key)
+    client.ping()  # carries the read
+    with connect_redis_like(client) as other:
+        other.set(key, b"after")
+    assert client.get(key) == b"before"  # answered from the reply: no round trip now
+    assert client.get(key) == b"after"  # once only
+
+
+def test_a_read_ahead_not_yet_sent_is_the_read_itself(client: DeferringRedis, key: str) -> None:
+    client.set(key, b"value")
+    client.read_ahead("GET", key)
+    assert client.get(key) == b"value"
+    client.set(key, b"newer")
+    assert client.get(key) == b"newer"  # nothing kept
+
+
+def test_a_read_ahead_is_per_thread_and_dropped_on_demand(client: DeferringRedis, key: str) -> None:
+    client.set(key, b"old")
+    client.read_ahead("GET", key)
+    client.ping()
+    client.set(key, b"new")
+    seen: list[object] = []
+    reader = threading.Thread(target=lambda: seen.append(client.get(key)))
+    reader.start()
+    reader.join()
+    assert seen == [b"new"]  # another thread's read is its own
+    client.drop_read_ahead()
+    assert client.get(key) == b"new"
+
+
+def test_a_flush_of_held_writes_leaves_the_read_ahead_for_a_command(client: DeferringRedis, key: str) -> None:
+    client.set(key, b"old")
+    client.read_ahead("GET", key)
+    client.defer("SET", f"{key}:held", b"x")
+    flush(client)
+    with connect_redis_like(client) as other:
+        assert other.get(f"{key}:held") == b"x"  # the write went
+        other.set(key, b"new")  # the read did not: it will see this
+        client.ping()  # carries it
+        other.set(key, b"newest")
+    assert client.get(key) == b"new"
+
+
+def test_a_read_ahead_that_failed_is_not_kept(client: DeferringRedis, key: str) -> None:
+    client.hset(key, "field", "value")
+    client.read_ahead("GET", key)  # WRONGTYPE: the key holds a hash
+    client.ping()
+    with pytest.raises(redis.ResponseError):
+        client.get(key)  # sent again, and meets the error itself
 
 
 def test_write_later_sends_at_once_on_a_plain_client(settings: Settings, key: str) -> None:

@@ -23,6 +23,7 @@ from shared.settings import Settings
 from shared.topology import build_topology, defer_queue, work_queue
 from tests.e2e.conftest import service_env
 from tests.fakes import FakeRunStates
+from worker.cache import ResponseCache
 from worker.handler import HOLD_UNROUTABLE_WAIT_S, CrawlHandler
 
 pytestmark = pytest.mark.integration
@@ -223,7 +224,7 @@ def test_a_hold_with_no_queue_bound_goes_to_a_defer_queue_and_the_channel_stays_
         settings=settings,
         topology=topology,
         fetch=None,  # type: ignore[arg-type]
-        cache=None,  # type: ignore[arg-type]
+        cache=ResponseCache.from_settings(client, settings),
         gate=None,  # type: ignore[arg-type]
         robots=None,  # type: ignore[arg-type]
         store=None,  # type: ignore[arg-type]

@@ -79,6 +79,8 @@ class FakeCache:
         self.hit = hit
         self.puts: list[Response] = []
         self.reads = 0
+        self.read_ahead_urls: list[str] = []
+        self.dropped = 0
 
     def get(self, url: str) -> CacheEntry | None:
         self.reads += 1
@@ -87,6 +89,12 @@ class FakeCache:
     def put(self, url: str, response: Response) -> bool:
         self.puts.append(response)
         return True
+
+    def read_ahead(self, url: str) -> None:
+        self.read_ahead_urls.append(url)
+
+    def drop_read_ahead(self) -> None:
+        self.dropped += 1
 
 
 class FakeRobotsStore:
@@ -325,6 +333,17 @@ def test_a_held_url_reads_the_cache_again_only_if_it_found_something_there(
     assert rig.fetch.urls == ["http://a.test/p"]
     assert rig.cache.reads == reads
     assert rig.fetch.revalidated == [cached]
+
+
+def test_a_url_reads_its_cache_entry_ahead_when_it_first_comes_and_drops_it_after() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    held = rig.handler(delivery())
+    assert rig.cache.read_ahead_urls == ["http://a.test/p"] and rig.cache.dropped == 1
+    rig.time.now = held.memo.slot.due
+    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert rig.cache.read_ahead_urls == ["http://a.test/p"]  # back from the hold: not again
+    assert rig.cache.dropped == 2
 
 
 def test_a_url_refused_within_the_hold_horizon_is_held_without_a_slot() -> None:
