@@ -17,8 +17,12 @@ page is stored, then prints per run:
     one idle-waiting worker's CPU: a worker whose every prefetched URL waits for a slot
       (--idle-rate), over --idle-window seconds.
 
-Run with `--rate 0` for the unbound crawl to compare with (RATE_LIMIT_RPS=1000). Every run uses
-fresh names and removes its queues, keys and schema.
+Run with `--rate 0` for the unbound crawl to compare with (RATE_LIMIT_RPS=1000), or with
+`--with-unbound` to crawl the same pages unbound right after each polite crawl, with as many
+workers, and print the ratios of each pair: an unbound crawl of 200 pages lasts a couple of
+seconds, so its figure is noisy, and pairs in the same minutes are the fairest comparison.
+`--repeat N` runs every crawl N times. Every run uses fresh names and removes its queues, keys
+and schema.
 """
 
 from __future__ import annotations
@@ -64,11 +68,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--idle-rate", type=float, default=0.05, help="rate for the idle-worker run (0 = skip)"
     )
     parser.add_argument("--idle-window", type=float, default=20.0, help="seconds the idle worker is measured")
+    parser.add_argument(
+        "--with-unbound", action="store_true", help="after each crawl, the same unbound, and the ratios"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs of every crawl (default 1)")
     parser.add_argument("--log-dir", default="", help="keep the processes' logs here (default: a temp dir)")
     args = parser.parse_args(argv)
     args.worker_counts = [int(n) for n in args.workers.split(",") if n.strip()]
     if args.pages < 1 or args.rate < 0 or not args.worker_counts or min(args.worker_counts) < 1:
         parser.error("need --pages >= 1, --rate >= 0 and worker counts >= 1")
+    if args.repeat < 1:
+        parser.error("need --repeat >= 1")
+    if args.with_unbound and args.rate == 0:
+        parser.error("--with-unbound compares a rate-limited crawl with an unbound one: give --rate > 0")
     return args
 
 
@@ -119,6 +131,19 @@ class Result:
     publishes: int
     deferrals: int
     deliveries: int
+
+    def cpu_s_parts(self) -> tuple[float, float, float]:
+        """CPU-seconds of the crawl: ours, the whole machine's, and the whole machine's net of
+        what the services spend idle."""
+        machine = self.ours_cpu_s + self.services_cpu_s
+        return self.ours_cpu_s, machine, machine - self.services_idle_cpu_s
+
+    def ratios(self, other: Result) -> tuple[float, float, float]:
+        """This crawl's CPU against `other`'s, a crawl of as many pages: ours, the machine's,
+        the machine's net of idle."""
+        mine, theirs = self.cpu_s_parts(), other.cpu_s_parts()
+        ours, machine, net = (a / b if b > 0 else math.inf for a, b in zip(mine, theirs, strict=True))
+        return ours, machine, net
 
     def row(self, pages: int) -> str:
         ours_ms, machine_ms = (
@@ -239,12 +264,12 @@ def services_idle_rate() -> float:
     return (services_cpu_s() - before) / (time.monotonic() - started)
 
 
-def crawl(workers_n: int, rate: float, pages: int, log_dir: Path) -> Result:
+def crawl(workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1) -> Result:
     idle_rate = services_idle_rate()
     name = f"bench{secrets.token_hex(4)}"
     env = env_for(name, rate or UNBOUND_RPS)
     settings = Settings.from_env(env)
-    tag = f"{workers_n}w-{rate:g}rps"
+    tag = f"{workers_n}w-{rate:g}rps-{run}"
     with LoggedSite(pages_route, ["127.0.0.1"]) as site:
         workers, ports = start_workers(env, workers_n, log_dir, tag)
         try:
@@ -307,20 +332,43 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="politeness-cost-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    results = []
+    results: list[Result] = []
+    pairs: list[tuple[Result, Result]] = []
     for count in args.worker_counts:
-        result = crawl(count, args.rate, args.pages, log_dir)
-        results.append(result)
-        print(f"{HEADER}\n{result.row(args.pages)}", file=sys.stderr)
+        for run in range(1, args.repeat + 1):
+            result = crawl(count, args.rate, args.pages, log_dir, run)
+            results.append(result)
+            print(f"{HEADER}\n{result.row(args.pages)}", file=sys.stderr)
+            if args.with_unbound:
+                unbound = crawl(count, 0.0, args.pages, log_dir, run)
+                print(unbound.row(args.pages), file=sys.stderr)
+                pairs.append((result, unbound))
     print(f"\n{args.pages} pages of one host; CPU in ms a page; logs in {log_dir}")
     print(HEADER)
     for result in results:
         print(result.row(args.pages))
+    for _, unbound in pairs:
+        print(unbound.row(args.pages))
+    if pairs:
+        print(f"\n{'pair':<18} {'ours':>6} {'machine':>8} {'net':>6}   (polite / unbound, CPU a page)")
+        for polite, unbound in pairs:
+            print(
+                f"{polite.label:<18} "
+                + " ".join(
+                    f"{ratio:>{width}.2f}x"
+                    for ratio, width in zip(polite.ratios(unbound), (5, 7, 5), strict=True)
+                )
+            )
     if args.idle_rate > 0:
         idle = idle_worker_cpu(args.idle_rate, args.idle_window, log_dir)
         print(f"\nidle-waiting worker (1 worker, rate {args.idle_rate:g}/s): {idle:.2f} % of a core")
     bound = math.floor(args.rate) if args.rate else None
-    print(json.dumps({"bound_per_1s": bound, "results": [r.__dict__ for r in results]}))
+    unbound_results = [unbound.__dict__ for _, unbound in pairs]
+    print(
+        json.dumps(
+            {"bound_per_1s": bound, "results": [r.__dict__ for r in results], "unbound": unbound_results}
+        )
+    )
     return 0 if bound is None or all(r.worst_window <= bound for r in results) else 1
 
 

@@ -1,0 +1,31 @@
+"""bench.politeness_cost's arithmetic: a polite crawl's CPU against the unbound one's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.politeness_cost import Result, parse_args
+
+pytestmark = pytest.mark.unit
+
+
+def result(ours: float, services: float, idle: float) -> Result:
+    return Result("run", 10.0, 200, 2, ours, services, idle, 200, 0, 200)
+
+
+def test_ratios_compare_ours_the_machine_and_the_machine_net_of_idle() -> None:
+    polite, unbound = result(3.0, 2.0, 1.5), result(2.0, 0.5, 0.0)
+    assert polite.ratios(unbound) == pytest.approx((1.5, 2.0, 1.4))
+
+
+def test_a_side_that_spent_nothing_gives_an_infinite_ratio_not_an_error() -> None:
+    assert result(1.0, 0.0, 0.0).ratios(result(0.0, 0.0, 0.0)) == (math.inf, math.inf, math.inf)
+
+
+@pytest.mark.parametrize("argv", [["--repeat", "0"], ["--with-unbound", "--rate", "0"]])
+def test_arguments_that_cannot_make_a_comparison_are_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        parse_args(argv)
+    assert refused.value.code == 2
