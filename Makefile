@@ -15,7 +15,7 @@ FAULTS_SIZE ?= small
 DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
-.PHONY: all install demo crawl test test-latest unit integration e2e faults bench lint typecheck up down \
+.PHONY: all install demo crawl test test-latest unit integration e2e faults bench bench-politeness lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
@@ -100,6 +100,11 @@ faults-rabbitmq-cluster: install
 bench: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.perf
+
+# What waiting for a polite slot costs (docs/POLITENESS.md): 200 pages of one host at 2/s with 3
+# and with 12 workers, each paired with the same crawl unbound. About 12 minutes.
+bench-politeness: install
+	$(PY) -m bench.politeness_cost --with-unbound --repeat 2
 
 # Topologies on this machine, all on loopback (docs/SCALING.md). PgBouncer in transaction
 # pooling mode on 127.0.0.1:$(PGBOUNCER_PORT) in front of the local PostgreSQL; installs Debian's
