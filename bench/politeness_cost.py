@@ -146,11 +146,7 @@ class Result:
         return ours, machine, net
 
     def row(self, pages: int) -> str:
-        ours_ms, machine_ms = (
-            1000 * self.ours_cpu_s / pages,
-            1000 * (self.ours_cpu_s + self.services_cpu_s) / pages,
-        )
-        net_ms = machine_ms - 1000 * self.services_idle_cpu_s / pages
+        ours_ms, machine_ms, net_ms = (1000 * cpu_s / pages for cpu_s in self.cpu_s_parts())
         return (
             f"{self.label:<18} {self.wall_s:>7.1f} {self.requests / self.wall_s:>6.2f} "
             f"{self.worst_window:>6} "
