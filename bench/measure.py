@@ -160,6 +160,18 @@ def services_delta(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
+def services_delta_by_name(before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+    """`services_delta` split by service: beam.smp (RabbitMQ), redis-server and postgres."""
+    spent: dict[str, float] = {}
+    for pid, cpu in after.items():
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            name = "postgres"  # exited since the reading: only PostgreSQL's backends come and go
+        spent[name] = spent.get(name, 0.0) + cpu - before.get(pid, 0.0)
+    return spent
+
+
 def self_children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime

@@ -37,13 +37,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 from psycopg import sql
 
-from bench.measure import free_port_block
+from bench.measure import free_port_block, services_cpu_s, services_delta, services_delta_by_name
 from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
 from bench.site import LoggedSite, most_in_any_window, pages_route
 from ops.crawl_workers import worker_launches
@@ -51,7 +51,6 @@ from shared import db
 from shared.settings import Settings
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-SERVICE_NAMES = ("beam.smp", "redis-server", "postgres")
 UNBOUND_RPS = 1000.0
 DONE_TIMEOUT_S = 900.0
 IDLE_WINDOW_S = 15.0
@@ -104,21 +103,6 @@ def tree_cpu_s(pid: int) -> float:
     return cpu_s(pid) + sum(cpu_s(int(child)) for child in children)
 
 
-def services_cpu_s() -> float:
-    """CPU time of every RabbitMQ, Redis and PostgreSQL process now running."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm = (entry / "comm").read_text().strip()
-        except OSError:
-            continue
-        if comm in SERVICE_NAMES:
-            total += cpu_s(int(entry.name))
-    return total
-
-
 @dataclass
 class Result:
     label: str
@@ -131,6 +115,7 @@ class Result:
     publishes: int
     deferrals: int
     deliveries: int
+    services_by_name: dict[str, float] = field(default_factory=dict)  # the services' CPU-s, split
 
     def cpu_s_parts(self) -> tuple[float, float, float]:
         """CPU-seconds of the crawl: ours, the whole machine's, and the whole machine's net of
@@ -153,6 +138,15 @@ class Result:
             f"{ours_ms:>9.1f} {machine_ms:>10.1f} {net_ms:>8.1f} {self.publishes / pages:>9.2f} "
             f"{self.deliveries / pages:>9.2f} {self.deferrals:>7}"
         )
+
+    def services_row(self, pages: int) -> str:
+        """Where the services' share went, in ms a page, idle spend included."""
+        names = {"beam.smp": "RabbitMQ", "redis-server": "Redis", "postgres": "PostgreSQL"}
+        parts = ", ".join(
+            f"{names.get(name, name)} {1000 * cpu_s / pages:.2f}"
+            for name, cpu_s in sorted(self.services_by_name.items())
+        )
+        return f"{'':<18} services ms/page: {parts}; idle share {1000 * self.services_idle_cpu_s / pages:.2f}"
 
 
 HEADER = (
@@ -257,7 +251,7 @@ def services_idle_rate() -> float:
     """CPU-seconds a second the services spend with nothing of ours running."""
     before, started = services_cpu_s(), time.monotonic()
     time.sleep(IDLE_WINDOW_S)
-    return (services_cpu_s() - before) / (time.monotonic() - started)
+    return services_delta(before, services_cpu_s()) / (time.monotonic() - started)
 
 
 def crawl(workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1) -> Result:
@@ -277,7 +271,7 @@ def crawl(workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1) 
             wait_until_stored(settings, pages)
             ended = time.monotonic()
             workers_cpu = sum(tree_cpu_s(w.pid) for w in workers) - workers_before
-            services = services_cpu_s() - services_before
+            services_after = services_cpu_s()
             span_s = time.monotonic() - span_started
             counters = scrape(ports)
         finally:
@@ -294,11 +288,12 @@ def crawl(workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1) 
         requests=len(times),
         worst_window=most_in_any_window(times, 1.0),
         ours_cpu_s=workers_cpu + producer_cpu,
-        services_cpu_s=services,
+        services_cpu_s=services_delta(services_before, services_after),
         services_idle_cpu_s=idle_rate * span_s,
         publishes=pages + int(sum(counters.get(f"crawl_{n}_total", 0) for n in ("deferrals", "retries"))),
         deferrals=int(counters.get("crawl_deferrals_total", 0)),
         deliveries=int(counters.get("crawl_messages_consumed_total", 0)),
+        services_by_name=services_delta_by_name(services_before, services_after),
     )
 
 
@@ -334,10 +329,10 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(1, args.repeat + 1):
             result = crawl(count, args.rate, args.pages, log_dir, run)
             results.append(result)
-            print(f"{HEADER}\n{result.row(args.pages)}", file=sys.stderr)
+            print(f"{HEADER}\n{result.row(args.pages)}\n{result.services_row(args.pages)}", file=sys.stderr)
             if args.with_unbound:
                 unbound = crawl(count, 0.0, args.pages, log_dir, run)
-                print(unbound.row(args.pages), file=sys.stderr)
+                print(f"{unbound.row(args.pages)}\n{unbound.services_row(args.pages)}", file=sys.stderr)
                 pairs.append((result, unbound))
     print(f"\n{args.pages} pages of one host; CPU in ms a page; logs in {log_dir}")
     print(HEADER)
