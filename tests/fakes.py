@@ -61,6 +61,7 @@ class FakeLimiter:
         self.calls: list[tuple[float, float, int]] = []  # (rate, max wait, max concurrent)
         self.spacings: list[float] = []
         self.held_clears: list[int] = []  # the cap each clear_held call was given
+        self.held_ahead: list[float] = []  # how far ahead each clear_held call may clear
         self.released: list[str] = []
         self.pauses: list[float] = []
         self.slowed: list[float] = []  # the rate each slow_down was given
@@ -94,10 +95,17 @@ class FakeLimiter:
         return (False, self.paused, "paused") if self.paused else (True, 0.0, "ok")
 
     def clear_held(
-        self, domain: str, spacing_s: float, max_concurrent: int = 0, lease_s: float = 0.0
+        self,
+        domain: str,
+        spacing_s: float,
+        max_concurrent: int = 0,
+        lease_s: float = 0.0,
+        ahead_s: float = 0.0,
     ) -> tuple[bool, float, str, str]:
-        """As clear_to_send, for a held slot; a cleared one with a concurrency cap gets a lease."""
+        """As clear_to_send, for a held slot; a cleared one with a concurrency cap gets a lease.
+        A clearance given as (True, wait, 'ok') is a send cleared `wait` ahead."""
         self.held_clears.append(max_concurrent)
+        self.held_ahead.append(ahead_s)
         cleared, wait_s, reason = self.clear_to_send(domain, spacing_s)
         return cleared, wait_s, reason, "held-lease" if cleared and max_concurrent else ""
 
@@ -120,10 +128,18 @@ class FakeRunStates:
     def __init__(self, **states: str) -> None:
         self.states = states
         self.asked: list[str] = []
+        self.read_ahead_runs: list[str] = []  # each read_ahead, in order
+        self.dropped = 0
 
     def state(self, run_id: str) -> str:
         self.asked.append(run_id)
         return self.states.get(run_id, "running")
+
+    def read_ahead(self, run_id: str) -> None:
+        self.read_ahead_runs.append(run_id)
+
+    def drop_read_ahead(self) -> None:
+        self.dropped += 1
 
 
 class FakeDeadLetterConnection:

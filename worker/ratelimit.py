@@ -118,9 +118,10 @@ end
 return {1, math.ceil(wait), 'ok', tostring(multiplier), cleared}
 """
 
-# KEYS 1 latest send (µs)  2 pause   ARGV 1 least spacing µs
-# The part both send checks below share: refused while the domain is paused, or while the
-# previous request went out less than the spacing ago; leaves `now` and `spacing` set.
+# KEYS 1 latest send (µs)  2 pause   ARGV 1 least spacing µs  2 how far ahead a send may be
+# cleared µs. The part both send checks below share: refused while the domain is paused, or
+# while the previous request went out less than the spacing ago, unless what is left of the
+# spacing is within the second argument; leaves `now`, `spacing` and `wait` (what is left) set.
 _PAUSE_AND_SPACING_LUA = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -129,42 +130,52 @@ if pause_ms > 0 then
   return {0, pause_ms * 1000, 'paused'}
 end
 local spacing = tonumber(ARGV[1])
-local due = tonumber(redis.call('GET', KEYS[1]) or '0') + spacing
-if now < due then
-  return {0, math.ceil(due - now), 'spacing'}
+local wait = tonumber(redis.call('GET', KEYS[1]) or '0') + spacing - now
+if wait <= 0 then
+  wait = 0
+elseif wait > tonumber(ARGV[2]) then
+  return {0, math.ceil(wait), 'spacing'}
 end
 """
-# The last word before a request leaves. Returns {cleared 0|1, wait µs, reason}.
+# The send, recorded at the moment it may go: now, or `wait` from now.
+_RECORD_SEND_LUA = """
+redis.call('SET', KEYS[1], string.format('%.0f', now + wait), 'PX', math.ceil((wait + spacing) / 1000) + 1)
+"""
+# The last word before a request leaves. ARGV 2 is 0: cleared only for now.
+# Returns {cleared 0|1, wait µs, reason}.
 _CLEAR_TO_SEND_LUA = (
     _PAUSE_AND_SPACING_LUA
+    + _RECORD_SEND_LUA
     + """
-redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(spacing / 1000) + 1)
 return {1, 0, 'ok'}
 """
 )
 
-# KEYS 1 latest send (µs)  2 pause  3 inflight leases   ARGV 1 least spacing µs  2 cap (0 = none)
-# 3 lease length µs  4 lease id. The send of a slot reserved ahead: the clear-to-send check
-# above, and the concurrency lease the reservation left for now, in one step; nothing is
-# written unless both pass. Returns {cleared 0|1, wait µs, reason}.
+# KEYS 1 latest send (µs)  2 pause  3 inflight leases   ARGV 1 least spacing µs  2 how far
+# ahead it may be cleared µs  3 cap (0 = none)  4 lease length µs  5 lease id. The send of a
+# slot reserved ahead: the clear-to-send check above, and the concurrency lease the
+# reservation left for now, in one step; nothing is written unless both pass. Cleared with a
+# wait, the caller sleeps that long and sends. Returns {cleared 0|1, wait µs, reason}.
 _CLEAR_HELD_LUA = (
     _PAUSE_AND_SPACING_LUA
     + """
-local cap = tonumber(ARGV[2])
+local cap = tonumber(ARGV[3])
 if cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
   if redis.call('ZCARD', KEYS[3]) >= cap then
     return {0, 0, 'busy'}
   end
-  local expires = now + tonumber(ARGV[3])
-  redis.call('ZADD', KEYS[3], string.format('%.0f', expires), ARGV[4])
-  local lease_ms = math.ceil(tonumber(ARGV[3]) / 1000) + 1
+  local expires = now + wait + tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[3], string.format('%.0f', expires), ARGV[5])
+  local lease_ms = math.ceil((expires - now) / 1000) + 1
   if redis.call('PTTL', KEYS[3]) < lease_ms then
     redis.call('PEXPIRE', KEYS[3], lease_ms)
   end
 end
-redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(spacing / 1000) + 1)
-return {1, 0, 'ok'}
+"""
+    + _RECORD_SEND_LUA
+    + """
+return {1, math.ceil(wait), 'ok'}
 """
 )
 
@@ -297,20 +308,28 @@ class RateLimiter:
         domain = domain.lower()
         keys = [self._keys.sent(domain), self._keys.pause(domain)]
         with translate_redis_errors(self._client):
-            cleared, wait_us, reason = self._clear_to_send(keys=keys, args=[round(spacing_s * 1_000_000)])
+            cleared, wait_us, reason = self._clear_to_send(keys=keys, args=[round(spacing_s * 1_000_000), 0])
         return bool(cleared), int(wait_us) / 1_000_000, _text(reason)
 
     def clear_held(
-        self, domain: str, spacing_s: float, max_concurrent: int = 0, lease_s: float = 0.0
+        self,
+        domain: str,
+        spacing_s: float,
+        max_concurrent: int = 0,
+        lease_s: float = 0.0,
+        ahead_s: float = 0.0,
     ) -> tuple[bool, float, str, str]:
         """`clear_to_send` for a slot reserved without a lease, taking the lease too (when
         `max_concurrent` > 0): (cleared, seconds to wait, reason, lease). Refused while paused,
-        too soon after the previous request ('spacing'), or at the cap ('busy')."""
+        too soon after the previous request ('spacing'), or at the cap ('busy'). A send that
+        the spacing keeps back by at most `ahead_s` is cleared for the moment it may go: then
+        the caller sleeps the wait returned, and sends."""
         domain = domain.lower()
         lease = uuid.uuid4().hex if max_concurrent else ""
         keys = [self._keys.sent(domain), self._keys.pause(domain), self._keys.inflight(domain)]
         args: list[int | str] = [
             round(spacing_s * 1_000_000),
+            round(ahead_s * 1_000_000),
             max_concurrent,
             round(lease_s * 1_000_000),
             lease,

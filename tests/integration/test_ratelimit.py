@@ -109,6 +109,36 @@ def test_a_slot_due_at_once_is_cleared_to_send_in_the_same_call(limiter: RateLim
     assert later.reserved and not later.cleared and later.wait_s == pytest.approx(1.0, abs=0.05)
 
 
+def test_a_held_send_a_little_inside_the_spacing_is_cleared_for_the_moment_it_may_go(
+    limiter: RateLimiter, client: redis.Redis, settings: Settings
+) -> None:
+    assert limiter.clear_to_send("ahead.example", 0.3)[0]
+    cleared, wait_s, reason, lease = limiter.clear_held("ahead.example", 0.3, 1, 30.0, ahead_s=0.5)
+    assert (cleared, reason) == (True, "ok") and bool(lease)
+    assert 0.25 < wait_s <= 0.3
+    # Recorded as sent at that moment, not now: the next send is spaced from it.
+    sent_us = int(client.get(Keys(settings.redis_prefix).sent("ahead.example")))  # type: ignore[arg-type]
+    now_s, now_us = client.time()
+    assert sent_us - (now_s * 1_000_000 + now_us) == pytest.approx(wait_s * 1_000_000, abs=50_000)
+    refused, next_wait_s, why = limiter.clear_to_send("ahead.example", 0.3)
+    assert (refused, why) == (False, "spacing") and next_wait_s > 0.5
+    # The lease covers the wait before the send as well as the send.
+    lease_ends_us = client.zscore(Keys(settings.redis_prefix).inflight("ahead.example"), lease)
+    assert lease_ends_us is not None and lease_ends_us - sent_us == pytest.approx(30_000_000, abs=50_000)
+
+
+def test_a_held_send_further_inside_the_spacing_than_allowed_ahead_is_refused_and_writes_nothing(
+    limiter: RateLimiter, client: redis.Redis, settings: Settings
+) -> None:
+    keys = Keys(settings.redis_prefix)
+    assert limiter.clear_to_send("behind.example", 1.0)[0]
+    sent_before = client.get(keys.sent("behind.example"))
+    cleared, wait_s, reason, lease = limiter.clear_held("behind.example", 1.0, 1, 30.0, ahead_s=0.1)
+    assert (cleared, reason, lease) == (False, "spacing", "") and wait_s > 0.9
+    assert client.get(keys.sent("behind.example")) == sent_before
+    assert client.zcard(keys.inflight("behind.example")) == 0
+
+
 def test_a_burst_slot_is_not_cleared_before_the_spacing_since_the_last_send(limiter: RateLimiter) -> None:
     # Burst lets the reservations through at once, but the requests themselves still leave an
     # interval apart: the second one must go through clear_to_send and wait.

@@ -14,6 +14,7 @@ from shared.settings import Settings
 from tests.fakes import FakeLimiter, FakeTime
 from worker.politeness import (
     BUSY_RETRY_S,
+    CLEAR_AHEAD_S,
     RATE_HEADROOM,
     DomainGate,
     DomainPolicy,
@@ -299,6 +300,20 @@ def test_a_held_slot_too_close_behind_the_previous_request_waits_the_difference(
     gate, fake = gate_with(limiter)
     assert gate.call("a.example", lambda: "sent", slot=HeldSlot("a.example", 0.0)) == "sent"
     assert fake.slept == [0.04] and len(limiter.held_clears) == 2
+
+
+def test_a_held_slot_cleared_ahead_sleeps_the_rest_of_the_spacing_and_sends_without_asking_again() -> None:
+    limiter = FakeLimiter(Reservation(0.0, False), clearances=[(True, 0.02, "ok")])
+    gate, fake = gate_with(limiter)
+    sent_at: list[float] = []
+
+    def send() -> str:
+        sent_at.append(fake.now)
+        return "sent"
+
+    assert gate.call("a.example", send, slot=HeldSlot("a.example", 0.0)) == "sent"
+    assert fake.slept == [0.02] and sent_at == [pytest.approx(0.02)]
+    assert len(limiter.held_clears) == 1 and limiter.held_ahead == [CLEAR_AHEAD_S]
 
 
 def test_a_held_slot_that_finds_the_domain_paused_or_busy_too_long_is_try_later() -> None:
