@@ -61,10 +61,8 @@ class RunStates:
 
     def state(self, run_id: str) -> str:
         now = self._clock()
-        with self._lock:
-            known = self._known.get(run_id)
-        if known is not None and now - known[1] < self._max_age_s:
-            return known[0]
+        if (kept := self._kept(run_id, now)) is not None:
+            return kept
         # Redis down: ServiceUnavailable, and the consumer pauses with the message unacked.
         with translate_redis_errors(self._client):
             raw = self._client.get(self._keys.run_state(run_id))
@@ -74,6 +72,26 @@ class RunStates:
                 self._known.clear()
             self._known[run_id] = (state, now)
         return state
+
+    def read_ahead(self, run_id: str) -> None:
+        """Start reading the run's state for the state(run_id) to come on this thread, if the
+        copy kept will not answer it and the client reads ahead (worker/deferred_writes.py:
+        the read then rides with the thread's next command)."""
+        send_ahead = getattr(self._client, "read_ahead", None)
+        if send_ahead is not None and self._kept(run_id, self._clock()) is None:
+            send_ahead("GET", self._keys.run_state(run_id))
+
+    def drop_read_ahead(self) -> None:
+        if (drop := getattr(self._client, "drop_read_ahead", None)) is not None:
+            drop()
+
+    def _kept(self, run_id: str, now: float) -> str | None:
+        """The state kept for the run, if it is recent enough to answer."""
+        with self._lock:
+            known = self._known.get(run_id)
+        if known is not None and now - known[1] < self._max_age_s:
+            return known[0]
+        return None
 
 
 def decode_state(raw: object) -> str:

@@ -20,10 +20,11 @@ lost with it and the caller's command fails as it would have alone.
 
 A read can go ahead the same way: `read_ahead()` sends it with the thread's next command and
 keeps the reply, and the same command issued later on that thread is answered from it without
-a round trip. A handler sends the URL's cache read ahead of its "already handled?" check, the
-first command of every message: one round trip a page instead of two. One read is kept ahead
-at a time, for one handling (`drop_read_ahead()` ends it); its reply is as old as that
-handling, and one that failed is not kept (the later read goes out and meets the error itself).
+a round trip. A handler sends the URL's cache read, and the run's state when its worker's copy
+is stale, ahead of its "already handled?" check, the first command of every message: one round
+trip where there were up to three. Reads are kept ahead for one handling (`drop_read_ahead()`
+ends it), each answered once; a reply is as old as that handling, and one that failed is not
+kept (the later read goes out and meets the error itself).
 """
 
 from __future__ import annotations
@@ -53,14 +54,12 @@ class _Deferring:
     def read_ahead(self, *command: Any) -> None:
         """Send the read `command`, e.g. read_ahead("GET", key), with this thread's next command,
         and answer the same command from its reply when it comes (see the module docstring).
-        Replaces whatever this thread had read ahead."""
-        self._held.ahead = command
-        self._held.reply = _NO_REPLY
+        Adds to what this thread reads ahead."""
+        self._reads_ahead()[command] = _NO_REPLY
 
     def drop_read_ahead(self) -> None:
-        """Forget this thread's read ahead, sent or not."""
-        self._held.ahead = None
-        self._held.reply = _NO_REPLY
+        """Forget this thread's reads ahead, sent or not."""
+        self._held.ahead = {}
 
     def defer(self, *command: Any) -> None:
         """Hold a write, e.g. defer("SET", key, value, "PX", 1000), for this thread's next command."""
@@ -72,16 +71,22 @@ class _Deferring:
             self._send_with_held(None)
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        ahead = getattr(self._held, "ahead", None)
-        if ahead is not None and args == ahead:
-            reply, self._held.ahead, self._held.reply = self._held.reply, None, _NO_REPLY
+        ahead = self._reads_ahead()
+        if ahead and _is_hashable(args) and args in ahead:
+            reply = ahead.pop(args)
             if reply is not _NO_REPLY:
                 return reply  # sent with an earlier command: no round trip now
-            ahead = None  # not sent yet: this command is the read
-        read_to_send = ahead is not None and self._held.reply is _NO_REPLY
-        if not self._writes() and not read_to_send:
+            # not sent yet: this command is the read
+        if not self._writes() and not any(reply is _NO_REPLY for reply in ahead.values()):
             return super().execute_command(*args, **options)  # type: ignore[misc]
         return self._send_with_held((args, options))
+
+    def _reads_ahead(self) -> dict[tuple[Any, ...], Any]:
+        """This thread's reads ahead, each with its reply or _NO_REPLY until it is sent."""
+        ahead: dict[tuple[Any, ...], Any] | None = getattr(self._held, "ahead", None)
+        if ahead is None:
+            ahead = self._held.ahead = {}
+        return ahead
 
     def _writes(self) -> list[tuple[Any, ...]]:
         writes: list[tuple[Any, ...]] | None = getattr(self._held, "writes", None)
@@ -92,12 +97,12 @@ class _Deferring:
     def _send_with_held(self, command: tuple[tuple[Any, ...], dict[str, Any]] | None) -> Any:
         writes = self._writes()
         held, writes[:] = list(writes), []
-        ahead = self._read_to_send(command)
+        reads = self._reads_to_send(command)
         pipe = self.pipeline(transaction=False)  # type: ignore[attr-defined]
         for write in held:
             pipe.execute_command(*write)
-        if ahead is not None:
-            pipe.execute_command(*ahead, keys=[ahead[1]])  # a cluster routes it by its key
+        for read in reads:
+            pipe.execute_command(*read, keys=[read[1]])  # a cluster routes it by its key
         if command is not None:
             args, options = command
             pipe.execute_command(*args, **options)
@@ -105,8 +110,10 @@ class _Deferring:
         for write, reply in zip(held, replies, strict=False):
             if isinstance(reply, Exception):
                 log.warning("deferred Redis %s failed: %s", write[0], reply)
-        if ahead is not None:
-            self._keep_read_reply(ahead, replies[len(held)])
+        for read, reply in zip(reads, replies[len(held) :], strict=False):
+            # A failed read is not kept: the later read goes out and meets the error itself.
+            if not isinstance(reply, Exception):
+                self._reads_ahead()[read] = reply
         if command is None:
             return None
         reply = replies[-1]
@@ -114,19 +121,24 @@ class _Deferring:
             raise reply
         return reply
 
-    def _read_to_send(self, command: tuple[tuple[Any, ...], dict[str, Any]] | None) -> tuple[Any, ...] | None:
-        """The read ahead to send with `command`: it goes with a command, not with a flush of
+    def _reads_to_send(self, command: tuple[tuple[Any, ...], dict[str, Any]] | None) -> list[tuple[Any, ...]]:
+        """The reads ahead to send with `command`: they go with a command, not with a flush of
         writes alone, and once."""
-        ahead: tuple[Any, ...] | None = getattr(self._held, "ahead", None)
-        if command is None or ahead is None or self._held.reply is not _NO_REPLY:
-            return None
-        self._held.ahead = None  # until its reply is in: a failed round trip loses it
-        return ahead
+        if command is None:
+            return []
+        ahead = self._reads_ahead()
+        reads = [read for read, reply in ahead.items() if reply is _NO_REPLY]
+        for read in reads:
+            del ahead[read]  # until its reply is in: a failed round trip loses it
+        return reads
 
-    def _keep_read_reply(self, ahead: tuple[Any, ...], reply: Any) -> None:
-        # A failed read is not kept: the later read goes out and meets the error itself.
-        if not isinstance(reply, Exception):
-            self._held.ahead, self._held.reply = ahead, reply
+
+def _is_hashable(command: tuple[Any, ...]) -> bool:
+    try:
+        hash(command)
+    except TypeError:  # an argument no read ahead could have: it is not one of them
+        return False
+    return True
 
 
 class DeferringRedis(_Deferring, redis.Redis):

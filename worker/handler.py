@@ -114,6 +114,12 @@ class RunStates(Protocol):
 
     def state(self, run_id: str) -> str: ...
 
+    def read_ahead(self, run_id: str) -> None:
+        """Start reading the run's state, if it will be read, for the state(run_id) to come."""
+        ...
+
+    def drop_read_ahead(self) -> None: ...
+
 
 class Handled(Protocol):
     """worker.handled.HandledMarks: URLs of a run already stored or skipped."""
@@ -175,6 +181,8 @@ class CrawlHandler:
             return self._handle(delivery)
         finally:
             self.cache.drop_read_ahead()  # a read ahead is good for one handling
+            if self.run_states is not None:
+                self.run_states.drop_read_ahead()
             if self._local.marked and self.delivery_limit is not None:
                 # Left behind, the marker only expires; the outcome matters more.
                 with contextlib.suppress(ServiceUnavailable):
@@ -193,7 +201,7 @@ class CrawlHandler:
         # Before the run's state: every delivery is counted by kind, once (worker/handled.py),
         # and a second copy of a URL already stored or skipped keeps that one outcome, held
         # or cancelled alike (a `cancelled` skip on top would count the URL twice).
-        self._read_cache_ahead(delivery, task)
+        self._read_ahead(delivery, task)
         if self._already_handled(delivery, task, progress):
             return Outcome.done()
         held_or_cancelled = self._by_run_state(delivery.body, task, progress)
@@ -222,11 +230,15 @@ class CrawlHandler:
             failed = progress.failed_once_more(self.clock())
             return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
 
-    def _read_cache_ahead(self, delivery: Delivery, task: CrawlTask) -> None:
-        """A URL's cache read goes with the "already handled?" check, in one round trip. A URL
-        back from a hold reads the cache again, if at all, when it comes to that."""
+    def _read_ahead(self, delivery: Delivery, task: CrawlTask) -> None:
+        """A URL's cache read, and its run's state when the worker's copy is stale, go with the
+        "already handled?" check, in one round trip. A URL back from a hold reads the cache
+        again, if at all, when it comes to that; the run's state it reads again, as it does on
+        arrival: at 2 pages a second a worker's copy is stale most of the time."""
         if not isinstance(delivery.memo, Waiting):
             self.cache.read_ahead(task.url)
+        if self.run_states is not None:
+            self.run_states.read_ahead(task.run_id)
 
     def _by_run_state(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome | None:
         """The outcome of a task of a paused or cancelled run; None for a run that goes on."""

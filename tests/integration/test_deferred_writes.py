@@ -8,7 +8,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from shared.keys import Keys
 from shared.redis_client import OPERATOR, WORKER, connect_redis
+from shared.runstate import RunStates
 from shared.settings import Settings
 from worker.deferred_writes import DeferringRedis, flush, write_later
 
@@ -87,6 +89,46 @@ def test_a_read_ahead_rides_with_the_next_command_and_answers_the_same_read_once
         other.set(key, b"after")
     assert client.get(key) == b"before"  # answered from the reply: no round trip now
     assert client.get(key) == b"after"  # once only
+
+
+def test_reads_ahead_ride_together_and_each_is_answered_once(client: DeferringRedis, key: str) -> None:
+    client.set(key, b"one")
+    client.set(f"{key}:2", b"two")
+    client.read_ahead("GET", key)
+    client.read_ahead("GET", f"{key}:2")
+    client.ping()  # carries both
+    with connect_redis_like(client) as other:
+        other.set(key, b"one, later")
+        other.set(f"{key}:2", b"two, later")
+    assert client.get(f"{key}:2") == b"two"
+    assert client.get(key) == b"one"
+    assert (client.get(key), client.get(f"{key}:2")) == (b"one, later", b"two, later")
+
+
+def test_a_read_ahead_not_yet_sent_is_the_read_itself_and_carries_the_others(
+    client: DeferringRedis, key: str
+) -> None:
+    client.set(key, b"value")
+    client.set(f"{key}:2", b"two")
+    client.read_ahead("GET", f"{key}:2")
+    client.read_ahead("GET", key)
+    assert client.get(key) == b"value"
+    with connect_redis_like(client) as other:
+        other.set(f"{key}:2", b"two, later")
+    assert client.get(f"{key}:2") == b"two"  # went with the first read
+
+
+def test_a_run_s_state_read_ahead_rides_with_the_next_command(
+    client: DeferringRedis, settings: Settings
+) -> None:
+    keys = Keys(settings.redis_prefix)
+    states = RunStates(client, keys)
+    states.read_ahead("r1")
+    client.ping()  # carries it: the run was running then
+    with connect_redis_like(client) as other:
+        other.set(keys.run_state("r1"), "paused")
+    assert states.state("r1") == "running"
+    assert RunStates(client, keys).state("r1") == "paused"  # once only; a fresh copy reads again
 
 
 def test_a_read_ahead_not_yet_sent_is_the_read_itself(client: DeferringRedis, key: str) -> None:

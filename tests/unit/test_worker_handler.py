@@ -630,6 +630,18 @@ def test_a_running_run_s_message_is_fetched() -> None:
     assert states.asked == ["r1"] and len(rig.store.rows) == 1
 
 
+def test_the_run_s_state_is_read_ahead_on_arrival_and_after_a_hold_and_dropped_each_time() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    rig.handler.run_states = states = FakeRunStates()
+    held = rig.handler(delivery())
+    assert isinstance(held.memo, Waiting) and held.memo.slot is not None
+    rig.time.now = held.memo.slot.due
+    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert states.read_ahead_runs == ["r1", "r1"] and states.dropped == 2
+    assert states.asked == ["r1", "r1"]
+
+
 class FakeHandled:
     """Marks kept in a set; `broken` makes mark_later raise, as a closed Redis pool would."""
 
