@@ -5,7 +5,8 @@ Redis under Keys.run_state(run), with no expiry, and its absence means running. 
 before it fetches a URL: a paused run's message is moved once to the run's hold queue, where it
 waits without being delivered again; a cancelled run's message is recorded as a skip with reason
 `cancelled`. The answer is kept for `MAX_AGE_S` per run, so a worker asks Redis at most once a
-second per run, whatever its rate, and sees a change within that second.
+second per run, whatever its rate, and sees a change within that second. A worker's read rides
+with the message's "already handled?" check (`read_ahead`), not in a round trip of its own.
 
 The hold queues: one durable direct exchange `<ns>.held`, in the topology every service
 declares, and a queue `<ns>.held.<run>` bound to it with the run id as its key, declared by
