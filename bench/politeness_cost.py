@@ -10,7 +10,8 @@ page is stored, then prints per run:
       (the services are shared, so their share is noisy; ours is exact); and the same net of
       what the services spend with nothing running (measured for IDLE_WINDOW_S before each
       crawl, then prorated): RabbitMQ alone idles at a few ms a second, which a crawl of
-      100 s at 2 pages/s would otherwise count as a couple of ms a page;
+      100 s at 2 pages/s would otherwise count as a couple of ms a page; then the services'
+      share by service, and Redis round trips a page (the server's read events, all clients);
     broker publishes a page: the producer's one per URL plus every deferral and retry the
       workers counted (their metrics), so 1.0 is each URL published once and never deferred;
       deliveries a page: messages the workers took from the broker, redeliveries included;
@@ -48,6 +49,7 @@ from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
 from bench.site import LoggedSite, most_in_any_window, pages_route
 from ops.crawl_workers import worker_launches
 from shared import db
+from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -116,6 +118,7 @@ class Result:
     deferrals: int
     deliveries: int
     services_by_name: dict[str, float] = field(default_factory=dict)  # the services' CPU-s, split
+    redis_reads: int = 0  # read events Redis processed: its clients' round trips, about
 
     def cpu_s_parts(self) -> tuple[float, float, float]:
         """CPU-seconds of the crawl: ours, the whole machine's, and the whole machine's net of
@@ -146,7 +149,10 @@ class Result:
             f"{names.get(name, name)} {1000 * cpu_s / pages:.2f}"
             for name, cpu_s in sorted(self.services_by_name.items())
         )
-        return f"{'':<18} services ms/page: {parts}; idle share {1000 * self.services_idle_cpu_s / pages:.2f}"
+        return (
+            f"{'':<18} services ms/page: {parts}; idle share {1000 * self.services_idle_cpu_s / pages:.2f}; "
+            f"Redis round trips/page {self.redis_reads / pages:.1f}"
+        )
 
 
 HEADER = (
@@ -247,6 +253,13 @@ def env_for(name: str, rate: float) -> dict[str, str]:
     }
 
 
+def redis_reads(settings: Settings) -> int:
+    """Read events the Redis server has processed: one per round trip of a client, whatever the
+    commands it carried (a pipeline read in one go counts once), a few from the bench itself."""
+    with connect_redis(settings, OPERATOR) as client:
+        return int(client.info("stats")["total_reads_processed"])
+
+
 def services_idle_rate() -> float:
     """CPU-seconds a second the services spend with nothing of ours running."""
     before, started = services_cpu_s(), time.monotonic()
@@ -265,6 +278,7 @@ def crawl(workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1) 
         try:
             wait_for_consumers(settings, workers, consumers=workers_n)
             services_before, span_started = services_cpu_s(), time.monotonic()
+            reads_before = redis_reads(settings)
             workers_before = sum(tree_cpu_s(w.pid) for w in workers)  # starting up is not crawling
             producer_cpu = produce(env, site, pages, log_dir / f"{tag}-urls.txt", name)
             first = wait_for_first_hit(site, workers)
@@ -272,6 +286,7 @@ def crawl(workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1) 
             ended = time.monotonic()
             workers_cpu = sum(tree_cpu_s(w.pid) for w in workers) - workers_before
             services_after = services_cpu_s()
+            reads = redis_reads(settings) - reads_before
             span_s = time.monotonic() - span_started
             counters = scrape(ports)
         finally:
@@ -294,6 +309,7 @@ def crawl(workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1) 
         deferrals=int(counters.get("crawl_deferrals_total", 0)),
         deliveries=int(counters.get("crawl_messages_consumed_total", 0)),
         services_by_name=services_delta_by_name(services_before, services_after),
+        redis_reads=reads,
     )
 
 

@@ -102,6 +102,7 @@ class Gate(Protocol):
         *,
         may_hold: bool = False,
         slot: HeldSlot | None = None,
+        spaced_from_answer: bool = False,
     ) -> T: ...
 
 
@@ -344,7 +345,7 @@ class CrawlHandler:
         domain = domain_of(url)
 
         def fetch_robots(robots_url: str) -> RobotsAnswer:
-            return self.gate.call(domain, lambda: self.fetch.robots_txt(robots_url))
+            return self.gate.call(domain, lambda: self.fetch.robots_txt(robots_url), spaced_from_answer=True)
 
         return self.robots.rules_for(url, fetch_robots)
 

@@ -179,6 +179,18 @@ return {1, math.ceil(wait), 'ok'}
 """
 )
 
+# KEYS 1 latest send (µs)   ARGV 1 least spacing µs. An answer to a request: the latest send
+# moves up to now, if it is earlier, so the next request is spaced from the answer.
+_NOTE_ANSWER_LUA = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+if tonumber(redis.call('GET', KEYS[1]) or '0') < now then
+  redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(tonumber(ARGV[1]) / 1000) + 1)
+  return 1
+end
+return 0
+"""
+
 # KEYS 1 pause   ARGV 1 pause length ms. A pause only ever grows: a shorter Retry-After
 # from a concurrent answer must not cut a longer one short.
 _PAUSE_LUA = """
@@ -231,6 +243,7 @@ class RateLimiter:
         self._reserve = redis_client.register_script(_RESERVE_LUA)
         self._clear_to_send = redis_client.register_script(_CLEAR_TO_SEND_LUA)
         self._clear_held = redis_client.register_script(_CLEAR_HELD_LUA)
+        self._note_answer = redis_client.register_script(_NOTE_ANSWER_LUA)
         self._pause = redis_client.register_script(_PAUSE_LUA)
         self._slow_down = redis_client.register_script(_SLOW_DOWN_LUA)
         self._speed_up = redis_client.register_script(_SPEED_UP_LUA)
@@ -337,6 +350,12 @@ class RateLimiter:
         with translate_redis_errors(self._client):
             cleared, wait_us, reason = self._clear_held(keys=keys, args=args)
         return bool(cleared), int(wait_us) / 1_000_000, _text(reason), lease if cleared else ""
+
+    def note_answer(self, domain: str, spacing_s: float) -> None:
+        """Space the domain's next request `spacing_s` from now, the answer to its latest one,
+        rather than from when that one was cleared (see DomainGate.call, `spaced_from_answer`)."""
+        with translate_redis_errors(self._client):
+            self._note_answer(keys=[self._keys.sent(domain.lower())], args=[round(spacing_s * 1_000_000)])
 
     def release(self, domain: str, lease: str) -> None:
         """Give a concurrency lease back before it expires.

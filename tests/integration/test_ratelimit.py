@@ -139,6 +139,24 @@ def test_a_held_send_further_inside_the_spacing_than_allowed_ahead_is_refused_an
     assert client.zcard(keys.inflight("behind.example")) == 0
 
 
+def test_an_answer_noted_spaces_the_next_request_from_it_never_from_earlier(
+    limiter: RateLimiter, client: redis.Redis, settings: Settings
+) -> None:
+    sent_key = Keys(settings.redis_prefix).sent("answered.example")
+    assert limiter.clear_to_send("answered.example", 0.5)[0]
+    cleared_at = int(client.get(sent_key))  # type: ignore[arg-type]
+    time.sleep(0.2)  # the request takes this long to be answered
+    limiter.note_answer("answered.example", 0.5)
+    answered_at = int(client.get(sent_key))  # type: ignore[arg-type]
+    assert answered_at - cleared_at >= 200_000
+    cleared, wait_s, reason = limiter.clear_to_send("answered.example", 0.5)
+    assert (cleared, reason) == (False, "spacing") and wait_s > 0.45
+    # A send recorded ahead of now (clear_held) is not moved back by an earlier answer.
+    client.set(sent_key, str(answered_at + 10_000_000))
+    limiter.note_answer("answered.example", 0.5)
+    assert int(client.get(sent_key)) == answered_at + 10_000_000  # type: ignore[arg-type]
+
+
 def test_a_burst_slot_is_not_cleared_before_the_spacing_since_the_last_send(limiter: RateLimiter) -> None:
     # Burst lets the reservations through at once, but the requests themselves still leave an
     # interval apart: the second one must go through clear_to_send and wait.

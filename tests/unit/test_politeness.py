@@ -109,6 +109,15 @@ def test_a_slot_already_cleared_by_the_reservation_is_sent_without_asking_again(
     assert (limiter.released, fake.slept) == (["L"], [])
 
 
+def test_a_request_spaced_from_its_answer_moves_the_latest_send_once_answered() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True, cleared=True))
+    gate, _ = gate_with(limiter)
+    assert gate.call("a.example", lambda: "robots", spaced_from_answer=True) == "robots"
+    assert limiter.answers_noted == [pytest.approx(RATE_HEADROOM / SETTINGS.rate_limit_rps)]
+    assert gate.call("a.example", lambda: "page") == "page"
+    assert len(limiter.answers_noted) == 1  # pages are spaced from their clearance
+
+
 def test_a_granted_slot_is_waited_for_then_sent_then_released() -> None:
     limiter = FakeLimiter(Reservation(0.4, True, lease="L"))
     gate, fake = gate_with(limiter)
