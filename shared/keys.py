@@ -11,7 +11,9 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:run:<run>:seeded           string the summary of the run's completed seeding (producer --once)
     crawl:rate:{<domain>}            string GCRA theoretical arrival time of a domain (expires)
     crawl:cache:<fingerprint>        string cached response (expires after CACHE_TTL_S)
-    crawl:sent:{<domain>}            string server time of the domain's latest request, µs (expires)
+    crawl:sent:{<domain>}            string server time of the domain's latest request, µs (expires):
+                                            when it was cleared, or may go (a held send cleared
+                                            ahead), or was answered (robots.txt)
     crawl:pause:{<domain>}           string the domain asked us to stay away (Retry-After; expires)
     crawl:backoff:{<domain>}         hash   interval multiplier after 429/503 without Retry-After (expires)
     crawl:inflight:{<domain>}        zset   concurrency leases: member = lease id, score = its expiry
