@@ -44,7 +44,13 @@ from pathlib import Path
 import requests
 from psycopg import sql
 
-from bench.measure import free_port_block, services_cpu_s, services_delta, services_delta_by_name
+from bench.measure import (
+    free_port_block,
+    proc_cpu_s,
+    services_cpu_s,
+    services_delta,
+    services_delta_by_name,
+)
 from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
 from bench.site import LoggedSite, most_in_any_window, pages_route
 from ops.crawl_workers import worker_launches
@@ -52,7 +58,6 @@ from shared import db
 from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 UNBOUND_RPS = 1000.0
 DONE_TIMEOUT_S = 900.0
 IDLE_WINDOW_S = 15.0
@@ -85,15 +90,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def cpu_s(pid: int) -> float:
-    """utime + stime of one process, or 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-
-
 def tree_cpu_s(pid: int) -> float:
     """utime + stime of a process and its children now running: a pool and its workers."""
     children: list[str] = []
@@ -102,7 +98,7 @@ def tree_cpu_s(pid: int) -> float:
             children += (task / "children").read_text().split()
     except OSError:
         pass
-    return cpu_s(pid) + sum(cpu_s(int(child)) for child in children)
+    return proc_cpu_s(pid) + sum(proc_cpu_s(int(child)) for child in children)
 
 
 @dataclass
@@ -325,9 +321,9 @@ def idle_worker_cpu(rate: float, window_s: float, log_dir: Path) -> float:
             produce(env, site, 40, log_dir / "idle-urls.txt", name)
             wait_for_first_hit(site, workers)
             time.sleep(3.0)  # the robots.txt and the first page behind it
-            before, started = cpu_s(workers[0].pid), time.monotonic()
+            before, started = proc_cpu_s(workers[0].pid), time.monotonic()
             time.sleep(window_s)
-            used = cpu_s(workers[0].pid) - before
+            used = proc_cpu_s(workers[0].pid) - before
             elapsed = time.monotonic() - started
         finally:
             stop(workers)
