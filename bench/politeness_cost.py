@@ -22,8 +22,10 @@ Run with `--rate 0` for the unbound crawl to compare with (RATE_LIMIT_RPS=1000),
 `--with-unbound` to crawl the same pages unbound right after each polite crawl, with as many
 workers, and print the ratios of each pair: an unbound crawl of 200 pages lasts a couple of
 seconds, so its figure is noisy, and pairs in the same minutes are the fairest comparison.
-`--repeat N` runs every crawl N times. Every run uses fresh names and removes its queues, keys
-and schema.
+`--latency-ms 100` has the site answer each page that late: with `--rate 0` the crawl is then
+bound by the domain's concurrency cap (MAX_CONCURRENT_PER_DOMAIN, 8 in flight), the other way
+politeness binds. `--repeat N` runs every crawl N times. Every run uses fresh names and
+removes its queues, keys and schema.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from bench.measure import (
     services_delta_by_name,
 )
 from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
-from bench.site import LoggedSite, most_in_any_window, pages_route
+from bench.site import Answer, Hit, LoggedSite, Route, most_in_any_window, pages_route
 from ops.crawl_workers import worker_launches
 from shared import db
 from shared.redis_client import OPERATOR, connect_redis
@@ -77,12 +79,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--with-unbound", action="store_true", help="after each crawl, the same unbound, and the ratios"
     )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.0,
+        help="the site answers each page this late (default 0); with --rate 0 and 100, the crawl "
+        "is bound by MAX_CONCURRENT_PER_DOMAIN instead",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of every crawl (default 1)")
     parser.add_argument("--log-dir", default="", help="keep the processes' logs here (default: a temp dir)")
     args = parser.parse_args(argv)
     args.worker_counts = [int(n) for n in args.workers.split(",") if n.strip()]
-    if args.pages < 1 or args.rate < 0 or not args.worker_counts or min(args.worker_counts) < 1:
-        parser.error("need --pages >= 1, --rate >= 0 and worker counts >= 1")
+    if (
+        args.pages < 1
+        or args.rate < 0
+        or args.latency_ms < 0
+        or not args.worker_counts
+        or min(args.worker_counts) < 1
+    ):
+        parser.error("need --pages >= 1, --rate >= 0, --latency-ms >= 0 and worker counts >= 1")
     if args.repeat < 1:
         parser.error("need --repeat >= 1")
     if args.with_unbound and args.rate == 0:
@@ -263,13 +278,27 @@ def services_idle_rate() -> float:
     return services_delta(before, services_cpu_s()) / (time.monotonic() - started)
 
 
-def crawl(workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1) -> Result:
+def answered_late(latency_s: float) -> Route:
+    """pages_route, every page but robots.txt answered `latency_s` late (the server's thread
+    sleeps: its CPU is not ours)."""
+
+    def route(hit: Hit) -> Answer:
+        if latency_s > 0 and hit.path != "/robots.txt":
+            time.sleep(latency_s)
+        return pages_route(hit)
+
+    return route
+
+
+def crawl(
+    workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1, latency_s: float = 0.0
+) -> Result:
     idle_rate = services_idle_rate()
     name = f"bench{secrets.token_hex(4)}"
     env = env_for(name, rate or UNBOUND_RPS)
     settings = Settings.from_env(env)
     tag = f"{workers_n}w-{rate:g}rps-{run}"
-    with LoggedSite(pages_route, ["127.0.0.1"]) as site:
+    with LoggedSite(answered_late(latency_s), ["127.0.0.1"]) as site:
         workers, ports = start_workers(env, workers_n, log_dir, tag)
         try:
             wait_for_consumers(settings, workers, consumers=workers_n)
@@ -339,11 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     pairs: list[tuple[Result, Result]] = []
     for count in args.worker_counts:
         for run in range(1, args.repeat + 1):
-            result = crawl(count, args.rate, args.pages, log_dir, run)
+            result = crawl(count, args.rate, args.pages, log_dir, run, args.latency_ms / 1000)
             results.append(result)
             print(f"{HEADER}\n{result.row(args.pages)}\n{result.services_row(args.pages)}", file=sys.stderr)
             if args.with_unbound:
-                unbound = crawl(count, 0.0, args.pages, log_dir, run)
+                unbound = crawl(count, 0.0, args.pages, log_dir, run, args.latency_ms / 1000)
                 print(f"{unbound.row(args.pages)}\n{unbound.services_row(args.pages)}", file=sys.stderr)
                 pairs.append((result, unbound))
     print(f"\n{args.pages} pages of one host; CPU in ms a page; logs in {log_dir}")
