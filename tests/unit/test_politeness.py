@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import email.utils
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -186,77 +186,75 @@ def test_a_busy_domain_past_the_inline_wait_is_try_later() -> None:
 
 
 class CappedLimiter(FakeLimiter):
-    """a.example's concurrency slots are all taken until `free.set()`, other domains' never;
-    records how many asks for a.example overlapped, leaving out each thread's first (made before
-    it can know the domain is busy). Thread-safe, unlike its parent."""
+    """a.example's concurrency slots are all taken until `free.set()`, other domains' never.
+    Records which threads asked for a.example again while it was busy (a thread's first ask
+    comes before it can know). Thread-safe, unlike its parent."""
 
     def __init__(self) -> None:
         super().__init__()
         self.free = threading.Event()
-        self._lock = threading.Lock()
-        self._asked: set[int] = set()
-        self._asking = 0
-        self.most_asking_again = 0
-        self.asks = 0
+        self.asked = threading.Condition()
+        self.first_askers: set[int] = set()
+        self.busy_again: list[int] = []  # the thread of each repeat ask refused as busy
 
     def reserve(self, domain: str, rate_per_s: float, burst: int = 1, **_: object) -> Reservation:
-        if domain.lower() != "a.example":
+        if domain.lower() != "a.example" or self.free.is_set():
             return Reservation(0.0, True, cleared=True)
-        with self._lock:
-            again = threading.get_ident() in self._asked
-            self._asked.add(threading.get_ident())
-            self.asks += 1
-            self._asking += again
-            self.most_asking_again = max(self.most_asking_again, self._asking)
-        time.sleep(0.002)  # a round trip: room for overlapping asks to show
-        with self._lock:
-            self._asking -= again
-        return Reservation(0.0, True, cleared=True) if self.free.is_set() else Reservation(0.0, False, "busy")
+        with self.asked:
+            me = threading.get_ident()
+            if me in self.first_askers:
+                self.busy_again.append(me)
+            self.first_askers.add(me)
+            self.asked.notify_all()
+        return Reservation(0.0, False, "busy")
+
+    def wait_until(self, done: Callable[[], bool]) -> None:
+        with self.asked:
+            assert self.asked.wait_for(done, timeout=30)
+
+
+def a_gate(limiter: CappedLimiter) -> DomainGate:
+    settings = dataclasses.replace(SETTINGS, max_inline_wait_s=60.0)  # nobody gives up here
+    return DomainGate(limiter, PolitenessConfig.from_settings(settings), settings)
 
 
 def test_threads_refused_for_a_busy_domain_line_up_behind_one_that_asks() -> None:
     limiter = CappedLimiter()
-    settings = dataclasses.replace(SETTINGS, max_inline_wait_s=5.0)
-    gate = DomainGate(limiter, PolitenessConfig.from_settings(settings), settings)
+    gate = a_gate(limiter)
     sent: list[int] = []
     threads = [
         threading.Thread(target=lambda n=n: sent.append(gate.call("A.example", lambda: n))) for n in range(6)
     ]
     for thread in threads:
         thread.start()
-    time.sleep(0.3)  # the head asks every BUSY_POLL_S meanwhile; the other five wait
+    limiter.wait_until(lambda: len(limiter.first_askers) == 6 and len(limiter.busy_again) >= 10)
     limiter.free.set()
     for thread in threads:
-        thread.join(timeout=10)
+        thread.join(timeout=30)
     assert sorted(sent) == list(range(6))
-    assert limiter.most_asking_again == 1
-    # 6 first asks, the head's polls (at most 0.3 s / 50 ms + 1), then each next head asks at
-    # once as the one before it leaves. Alone, each of the six would have polled.
-    assert limiter.asks <= 6 + 7 + 6
+    # Only the head of the line asked again; alone, each of the six would have polled.
+    assert len(set(limiter.busy_again)) == 1
 
 
 def test_a_busy_line_holds_up_only_its_own_domain() -> None:
     limiter = CappedLimiter()
-    settings = dataclasses.replace(SETTINGS, max_inline_wait_s=0.3)
-    gate = DomainGate(limiter, PolitenessConfig.from_settings(settings), settings)
-    refused: list[str] = []
-
-    def busy_call() -> None:
-        with pytest.raises(TryLater) as caught:
-            gate.call("a.example", lambda: pytest.fail("sent past the cap"))
-        refused.append(caught.value.reason)
-
-    ahead = threading.Thread(target=busy_call)
+    gate = a_gate(limiter)
+    sent: list[str] = []
+    ahead = threading.Thread(target=lambda: sent.append(gate.call("a.example", lambda: "ahead")))
     ahead.start()
-    time.sleep(0.05)
-    assert gate.call("b.example", lambda: "sent") == "sent"
-    assert ahead.is_alive()  # still at the head of a.example's line
-    behind = threading.Thread(target=busy_call)  # waits behind the head until its own wait ends
+    limiter.wait_until(lambda: len(limiter.busy_again) >= 1)  # at the head, polling
+    assert gate.call("b.example", lambda: "b") == "b"
+    behind = threading.Thread(target=lambda: sent.append(gate.call("a.example", lambda: "behind")))
     behind.start()
-    ahead.join(timeout=5)
-    behind.join(timeout=5)
-    assert refused == ["busy", "busy"]
-    assert limiter.most_asking_again == 1
+    limiter.wait_until(lambda: len(limiter.first_askers) == 2)
+    ahead_polls = len(limiter.busy_again)
+    limiter.wait_until(lambda: len(limiter.busy_again) >= ahead_polls + 3)
+    assert ahead.is_alive() and behind.is_alive()
+    limiter.free.set()
+    ahead.join(timeout=30)
+    behind.join(timeout=30)
+    assert sorted(sent) == ["ahead", "behind"]
+    assert set(limiter.busy_again) == {ahead.ident}  # behind waited without asking
 
 
 def test_retry_after_pauses_the_domain_no_longer_than_the_cap() -> None:
