@@ -34,6 +34,7 @@ class FakeDatabase:
     def __init__(self, down_after: int | None = None) -> None:
         self.committed: list[str] = []
         self.transactions = 0
+        self.autocommitted = 0  # statements sent alone, outside a transaction block
         self.down_after = down_after  # transactions before the connection is lost
 
     def connect(self, _settings: Settings) -> Any:
@@ -69,6 +70,12 @@ class FakeConnection:
                 raise REFUSED[row["url"]]
             self.written.append(row["url"])
 
+    def execute(self, query: str, params: dict[str, Any]) -> None:
+        """The connection autocommits: a statement sent alone is a transaction of its own."""
+        self.database.autocommitted += 1
+        with self.transaction():
+            self.executemany(query, [params])
+
     def close(self) -> None:
         pass
 
@@ -97,6 +104,15 @@ def test_a_batch_without_bad_rows_is_one_transaction() -> None:
     outcomes = write_batch(database, urls)
     assert outcomes == dict.fromkeys(urls)
     assert database.committed == urls and database.transactions == 1
+    assert database.autocommitted == 0
+
+
+def test_a_lone_row_is_one_statement_without_a_transaction_block() -> None:
+    database = FakeDatabase()
+    outcomes = write_batch(database, ["http://a.test/1"])
+    assert outcomes == {"http://a.test/1": None}
+    assert database.committed == ["http://a.test/1"]
+    assert database.transactions == 1 and database.autocommitted == 1
 
 
 @pytest.mark.parametrize(
