@@ -343,9 +343,9 @@ class ResultStore:
                 if len(statements) == 1:
                     # The connection autocommits, so a lone statement is atomic without a
                     # transaction block: one round trip instead of BEGIN, it and COMMIT, and no
-                    # pipeline to set up. A polite crawl's commits are mostly of one row; in a
-                    # 200-row test this cost the writer 0.1 ms a row instead of 0.2, and
-                    # PostgreSQL 0.15 ms instead of 0.2.
+                    # pipeline to set up. A polite crawl's commits are mostly of one row; in 400
+                    # one-row commits back to back this cost the writer 0.1 ms a row instead
+                    # of 0.2, and PostgreSQL 0.15 ms instead of 0.2.
                     query, params = statements[0]
                     with conn.cursor() as cur:
                         cur.execute(query, params)
