@@ -12,9 +12,8 @@ call (`time.process_time`, every thread of the process):
 - hand-off: a token handed to another thread and back, standing for the hand-offs between a
   worker's threads (the broker's thread, a handler, the hold timer, the result writer).
 
-The difference between the columns is what waiting costs per wake-up whatever the pipeline
-does: caches, TLB and branch predictors refilled, and on a virtual machine the host's work to
-wake an idle virtual CPU. Nothing here talks to anything but itself.
+The difference between the columns is what a wake-up after a pause costs, whatever the
+pipeline does. Nothing here talks to anything but itself.
 
     python -m bench.wake_cost                    # pauses of 5 ms, 50 ms and 500 ms
     python -m bench.wake_cost --pauses 0.5 --calls 60
