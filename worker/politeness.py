@@ -468,7 +468,9 @@ class _BusyLines:
     ) -> Iterator[_Turn]:
         """The head of `domain`'s line until the block ends, or MISSED after `timeout_s`."""
         with self._guard:
-            line = self._lines.get(domain) or self._lines.setdefault(domain, _Line())
+            line = self._lines.get(domain)
+            if line is None:
+                line = self._lines[domain] = _Line()
             line.waiting += 1
         started = clock()
         got = line.head.acquire(blocking=False)
