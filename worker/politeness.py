@@ -21,22 +21,20 @@ thread at its head asks Redis again.
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
-import enum
 import logging
 import math
-import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from shared import metrics
 from shared.errors import ConfigError, PipelineError, TransientError
 from shared.settings import Settings
+from worker.lines import Lines, Turn
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +46,7 @@ T = TypeVar("T")
 # by 5% leaves 50 ms for such jitter in every one-second window, at any rate, and keeps 95% of
 # the allowed throughput (docs/POLITENESS.md).
 RATE_HEADROOM = 1.05
-BUSY_POLL_S = 0.05  # how often the head of a busy domain's line asks again (_BusyLines)
+BUSY_POLL_S = 0.05  # how often the head of a busy domain's line asks again (DomainGate._lines)
 BUSY_RETRY_S = 1.0  # a URL deferred for concurrency comes back after about this long
 LEASE_MARGIN_S = 5.0  # a concurrency lease outlives the longest possible fetch by this much
 MAX_SPACING_WAITS = 5  # a request nudged back (clear_to_send) more often than this is deferred
@@ -260,7 +258,12 @@ class DomainGate:
         self._lease_s = settings.fetch_deadline_s + LEASE_MARGIN_S
         self._sleep = sleep
         self._clock = clock
-        self._lines = _BusyLines()
+        # Threads refused for a domain whose concurrency slots are all taken line up, one line
+        # a domain: the thread at the head asks the shared limiter again every BUSY_POLL_S, the
+        # others wait without asking. When each thread asked on its own, 12 workers of 24
+        # threads on one site capped at 8 made 50-62 Redis round trips a page, against 12-16
+        # in line (docs/POLITENESS.md, "Concurrency cap").
+        self._lines = Lines()
 
     def call(
         self,
@@ -334,9 +337,12 @@ class DomainGate:
         """`ask` again, every BUSY_POLL_S until `deadline`, until it stops answering None (all the
         domain's concurrency slots taken), at the head of the domain's line: the process's other
         threads refused for the domain wait behind, without asking. None if the wait ran out."""
-        with self._lines.turn(domain, deadline - self._clock(), waited, self._clock) as turn:
-            ask_now = turn is _Turn.AFTER_OTHERS  # the thread ahead just left: a slot is likely free
-            while turn is not _Turn.MISSED:
+        started = self._clock()
+        with self._lines.turn(domain, deadline - started) as turn:
+            if turn is not Turn.AT_ONCE and deadline > started:  # it stood in line
+                waited.add(self._clock() - started)
+            ask_now = turn is Turn.AFTER_OTHERS  # the thread ahead just left: a slot is likely free
+            while turn is not Turn.MISSED:
                 if not ask_now:
                     remaining = deadline - self._clock()
                     if remaining <= 0:
@@ -443,57 +449,6 @@ class DomainGate:
             log.warning(
                 "%s answered %s without Retry-After: interval now x%.2f", domain, exc.http_status, multiplier
             )
-
-
-class _Turn(enum.Enum):
-    MISSED = "missed"  # the caller's wait ran out in the line
-    AT_ONCE = "at once"  # nobody was ahead
-    AFTER_OTHERS = "after others"
-
-
-class _BusyLines:
-    """Threads refused for a domain whose concurrency slots are all taken line up here, one
-    line a domain: the thread at the head asks the shared limiter again every BUSY_POLL_S,
-    the others wait without asking. When each thread asked on its own, 12 workers of 24 threads
-    on one site capped at 8 made 50-62 Redis round trips a page, against 12-16 in line
-    (docs/POLITENESS.md, "Concurrency cap"). A line lives while someone is in it."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._lines: dict[str, _Line] = {}
-
-    @contextlib.contextmanager
-    def turn(
-        self, domain: str, timeout_s: float, waited: _Waits, clock: Callable[[], float]
-    ) -> Iterator[_Turn]:
-        """The head of `domain`'s line until the block ends, or MISSED after `timeout_s`."""
-        with self._guard:
-            line = self._lines.get(domain)
-            if line is None:
-                line = self._lines[domain] = _Line()
-            line.waiting += 1
-        started = clock()
-        got = line.head.acquire(blocking=False)
-        turn = _Turn.AT_ONCE if got else _Turn.MISSED
-        if not got and timeout_s > 0:
-            got = line.head.acquire(timeout=timeout_s)
-            waited.add(clock() - started)
-            turn = _Turn.AFTER_OTHERS if got else _Turn.MISSED
-        try:
-            yield turn
-        finally:
-            if got:
-                line.head.release()
-            with self._guard:
-                line.waiting -= 1
-                if line.waiting == 0:
-                    del self._lines[domain]
-
-
-@dataclass
-class _Line:
-    head: threading.Lock = field(default_factory=threading.Lock)
-    waiting: int = 0
 
 
 class _Waits:

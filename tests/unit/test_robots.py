@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 import pytest
 
 from shared.errors import PermanentError, TransientError
@@ -195,3 +199,86 @@ def test_a_try_later_while_fetching_gives_the_claim_back_and_stores_nothing() ->
     with pytest.raises(TryLater):
         robots_with(store).rules_for("http://s.test/a", Server(TryLater(3.0, "rate")))
     assert store.unclaimed == ["mine"] and store.values == {}
+
+
+class SlowStore(FakeStore):
+    """A store whose first read of each domain in `slow` waits until `go` is set."""
+
+    def __init__(self, *slow: str) -> None:
+        super().__init__()
+        self.slow = set(slow)
+        self.reading = threading.Event()
+        self.go = threading.Event()
+        self.reads: list[str] = []
+
+    def get(self, domain: str) -> bytes | None:
+        self.reads.append(domain)
+        if domain in self.slow:
+            self.slow.discard(domain)
+            self.reading.set()
+            self.go.wait(10.0)
+        return super().get(domain)
+
+
+def in_threads(count: int, work: Callable[[], object]) -> tuple[list[threading.Thread], list[object]]:
+    results: list[object] = []
+
+    def run() -> None:
+        try:
+            results.append(work())
+        except Exception as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads, results
+
+
+def test_the_threads_of_a_worker_look_a_domain_up_once() -> None:
+    store = SlowStore("s.test")
+    store.values["s.test"] = RobotsEntry(RULES, "User-agent: *\nDisallow: /x\n").encode()
+    robots = robots_with(store)
+    server = Server()
+    first, results = in_threads(1, lambda: robots.rules_for("http://s.test/a", server))
+    assert store.reading.wait(5.0)
+    others, more = in_threads(4, lambda: robots.rules_for("http://s.test/b", server))
+    time.sleep(0.2)  # the others reach the domain's line (or, before it existed, Redis)
+    store.go.set()
+    for thread in first + others:
+        thread.join(5.0)
+    results += more
+    assert len(results) == 5 and all(isinstance(rules, RobotsRules) for rules in results)
+    assert all(not rules.allows("http://s.test/x") for rules in results)  # type: ignore[attr-defined]
+    assert store.reads == ["s.test"] and server.asked == []
+
+
+def test_a_slow_look_up_of_one_domain_holds_up_no_other() -> None:
+    store = SlowStore("slow.test")
+    robots = robots_with(store)
+    slow, results = in_threads(
+        1, lambda: robots.rules_for("http://slow.test/a", Server(RobotsAnswer(404, b"")))
+    )
+    assert store.reading.wait(5.0)
+    other = robots.rules_for("http://quick.test/a", Server(RobotsAnswer(404, b"")))
+    assert other.allows("http://quick.test/a") and results == []  # the slow one still reading
+    store.go.set()
+    slow[0].join(5.0)
+    assert len(results) == 1 and isinstance(results[0], RobotsRules)
+
+
+def test_waiting_too_long_behind_another_threads_look_up_defers_the_url() -> None:
+    store = SlowStore("s.test")
+    robots = Robots(store, AGENT, ttl_s=3600.0, claim_ttl_s=40.0, max_wait_s=0.05)
+    first, results = in_threads(
+        1, lambda: robots.rules_for("http://s.test/a", Server(RobotsAnswer(404, b"")))
+    )
+    assert store.reading.wait(5.0)
+    behind = Server()
+    with pytest.raises(TryLater) as caught:
+        robots.rules_for("http://s.test/b", behind)
+    assert caught.value.reason == "robots_pending" and behind.asked == []
+    assert store.reads == ["s.test"]  # it read nothing either
+    store.go.set()
+    first[0].join(5.0)
+    assert len(results) == 1 and isinstance(results[0], RobotsRules)
