@@ -23,6 +23,10 @@ and a URL already settled as `duplicate_deliveries` (all kinds) and
 `duplicate_deliveries.<kind>`: a second copy the producer published is told apart from a
 redelivery of one message.
 
+A URL held in the worker for its domain's next slot (worker/handler.py) is checked again
+before it is fetched, counting nothing unless it is settled: one HGET, read ahead so that it
+rides in the round trip that clears the send.
+
 Not covered, by design: a URL whose outcome is a dead letter (it is marked only once the
 recorder has it, which the worker does not see), and two copies handled at the same moment by
 two workers. Those fetch again (the store's upsert still keeps one row, the dead-letter
@@ -46,6 +50,7 @@ from shared.keys import Keys
 from shared.messages import CrawlTask
 from shared.redis_errors import translate_redis_errors
 from shared.urls import fingerprint
+from worker.deferred_writes import read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +64,12 @@ COPY, REDELIVERED, FORWARDED = "copy", "redelivered", "forwarded"
 DELIVERY_KINDS = (COPY, REDELIVERED, FORWARDED)
 
 # KEYS[1] the URL's dedup hash, KEYS[2] the run's stats hash; ARGV[1] the URL's field,
-# ARGV[2] the delivery's kind, ARGV[3] 1 when it is a producer's message (no headers of ours),
-# ARGV[4] 0 when this delivery was counted already (it comes back from a hold in the worker).
+# ARGV[2] the delivery's kind, ARGV[3] 1 when it is a producer's message (no headers of ours).
 # Returns 1 when the URL is settled already. Atomic, so a count and its verdict go together.
 CHECK_SCRIPT = """
 local handled = redis.call('HGET', KEYS[1], ARGV[1]) == 'h'
 local kind = ARGV[2]
-if ARGV[4] == '0' then
-elseif kind == 'copy' then
+if kind == 'copy' then
   redis.call('HINCRBY', KEYS[2], 'copies_received', 1)
 elseif kind == 'redelivered' and ARGV[3] == '1' then
   redis.call('HINCRBY', KEYS[2], 'copies_redelivered', 1)
@@ -120,13 +123,13 @@ class HandledMarks:
         worker: the same delivery); `from_producer`: the message is as a producer published it."""
         key, field = seen_field(self._keys, task.run_id, task.url)
         with translate_redis_errors(self._client):
-            if self._on_cluster:
-                handled = self._check_on_cluster(key, field, task.run_id, kind, from_producer, counted)
+            if self._on_cluster or counted:
+                handled = self._check_in_commands(key, field, task.run_id, kind, from_producer, counted)
             else:
                 handled = bool(
                     self._check(
                         keys=[key, self._keys.run_stats(task.run_id)],
-                        args=[field, kind, 1 if from_producer else 0, 0 if counted else 1],
+                        args=[field, kind, 1 if from_producer else 0],
                     )
                 )
         if kind == COPY and not counted:
@@ -135,10 +138,18 @@ class HandledMarks:
             metrics.DUPLICATE_DELIVERIES.labels(kind).inc()
         return handled
 
-    def _check_on_cluster(
+    def read_ahead(self, task: CrawlTask) -> None:
+        """Have the mark of a URL back from a hold read with this thread's next Redis command
+        (the clearance of its send, ordinarily), for already_handled(task, counted=True) to
+        answer without a round trip of its own (worker/deferred_writes.py)."""
+        read_ahead(self._client, "HGET", *seen_field(self._keys, task.run_id, task.url))
+
+    def _check_in_commands(
         self, key: str, field: bytes, run_id: str, kind: str, from_producer: bool, counted: bool
     ) -> bool:
-        """CHECK_SCRIPT's work as separate commands, for a cluster (see __init__)."""
+        """CHECK_SCRIPT's work as separate commands: on a cluster (see __init__), and for a
+        delivery counted before, whose check counts nothing unless the URL is settled: then
+        it is one read, which may have gone ahead (read_ahead)."""
         handled = self._client.hget(key, field) in (HANDLED, HANDLED.decode())  # bytes or decoded
         stats = self._keys.run_stats(run_id)
         if not counted and kind == COPY:

@@ -31,6 +31,7 @@ from shared.errors import (
     BlockedAddress,
     DecodeError,
     PermanentError,
+    PipelineError,
     ServiceUnavailable,
     TaskError,
     TransientError,
@@ -131,6 +132,10 @@ class Handled(Protocol):
 
     def mark_later(self, task: CrawlTask) -> None: ...
 
+    def read_ahead(self, task: CrawlTask) -> None:
+        """Have the check of a URL back from a hold (counted=True) read with the next command."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -178,6 +183,7 @@ class CrawlHandler:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
             return too_often
         self._local.delivery, self._local.marked, self._local.cache_missed = delivery, False, False
+        self._local.checks_due = None
         try:
             return self._handle(delivery)
         finally:
@@ -199,15 +205,29 @@ class CrawlHandler:
             return self._dead_letter(
                 delivery.body, delivery.queue, Progress.from_headers(delivery.headers), exc
             )
+        self._read_ahead(delivery, task)
+        if self._checks_ride_with_the_send(delivery, progress):
+            self._local.checks_due = (task, progress)
+        elif (settled := self._settled(delivery, task, progress)) is not None:
+            return settled
+        try:
+            return self._crawled(delivery, task, progress)
+        except _SettledMeanwhile as meanwhile:
+            if meanwhile.handled:
+                return Outcome.done()
+            return self._by_run_state(delivery.body, task, progress) or Outcome.done()
+
+    def _settled(self, delivery: Delivery, task: CrawlTask, progress: Progress) -> Outcome | None:
+        """The outcome of a URL another copy settled, or of a paused or cancelled run's; None
+        for a URL to fetch."""
         # Before the run's state: every delivery is counted by kind, once (worker/handled.py),
         # and a second copy of a URL already stored or skipped keeps that one outcome, held
         # or cancelled alike (a `cancelled` skip on top would count the URL twice).
-        self._read_ahead(delivery, task)
         if self._already_handled(delivery, task, progress):
             return Outcome.done()
-        held_or_cancelled = self._by_run_state(delivery.body, task, progress)
-        if held_or_cancelled is not None:
-            return held_or_cancelled
+        return self._by_run_state(delivery.body, task, progress)
+
+    def _crawled(self, delivery: Delivery, task: CrawlTask, progress: Progress) -> Outcome:
         try:
             with metrics.FETCHES_IN_FLIGHT.track_inprogress():
                 return self._crawl(task, progress)
@@ -223,11 +243,13 @@ class CrawlHandler:
                 return self._wait_here(task, later, waiting)
             return self._defer(delivery.body, task, progress, later)
         except TransientError as exc:
+            self._stop_if_settled_meanwhile()  # a URL settled elsewhere is not retried
             failed = progress.failed_once_more(self.clock())
             if failed.attempt >= self.settings.max_attempts:
                 return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
             return self._retry(delivery.body, task, failed, exc)
         except PermanentError as exc:
+            self._stop_if_settled_meanwhile()  # nor dead-lettered
             failed = progress.failed_once_more(self.clock())
             return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
 
@@ -235,11 +257,36 @@ class CrawlHandler:
         """A URL's cache read, and its run's state when the worker's copy is stale, go with the
         "already handled?" check, in one round trip. A URL back from a hold reads the cache
         again, if at all, when it comes to that; the run's state it reads again, as it does on
-        arrival: at 2 pages a second a worker's copy is stale most of the time."""
+        arrival: at 2 pages a second a worker's copy is stale most of the time. One back with
+        its slot reads its mark ahead too: its checks then ride with its send's clearance."""
         if not isinstance(delivery.memo, Waiting):
             self.cache.read_ahead(task.url)
         if self.run_states is not None:
             self.run_states.read_ahead(task.run_id)
+        if self.handled is not None and _back_with_its_slot(delivery):
+            self.handled.read_ahead(task)
+
+    def _checks_ride_with_the_send(self, delivery: Delivery, progress: Progress) -> bool:
+        """Whether this delivery's checks (another copy settled? the run paused or cancelled?)
+        wait for the Redis command that clears its send. A URL back from a hold with its slot
+        was checked when it came; checked again before it is fetched, but in the clearance's
+        round trip, not one of its own: that was one of two round trips a held page made on
+        its way back, in a polite crawl's every page. The slot is spent if the answer is no."""
+        return self.handled is not None and not progress.replays and _back_with_its_slot(delivery)
+
+    def _stop_if_settled_meanwhile(self) -> None:
+        """Raises _SettledMeanwhile when the checks still due stop the URL; answered from the
+        replies read ahead when a command has carried them, else at the cost of a round trip."""
+        due = self._local.checks_due
+        if due is None:
+            return
+        self._local.checks_due = None
+        task, progress = due
+        delivery = self._local.delivery
+        if self._already_handled(delivery, task, progress):
+            raise _SettledMeanwhile(handled=True)
+        if self.run_states is not None and self.run_states.state(task.run_id) in (PAUSED, CANCELLED):
+            raise _SettledMeanwhile(handled=False)
 
     def _by_run_state(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome | None:
         """The outcome of a task of a paused or cancelled run; None for a run that goes on."""
@@ -270,6 +317,7 @@ class CrawlHandler:
             self._local.marked = True
         rules = self._robots_rules(task.url)
         if rules is not None and not rules.allows(task.url):
+            self._stop_if_settled_meanwhile()
             return self._skip(task, "robots", "disallowed by robots.txt", progress)
         response = self._response_for(task.url, rules)
         with self._parse_lock:
@@ -361,6 +409,7 @@ class CrawlHandler:
             cached = self.cache.get(url)
             self._local.cache_missed = cached is None
         if cached is not None and cached.fresh:
+            self._stop_if_settled_meanwhile()
             metrics.CACHE_HITS.inc()
             if self.delivery_limit is not None:
                 # The parse is the risk now, and no fetch will send the handling marker first.
@@ -393,7 +442,9 @@ class CrawlHandler:
 
     def _risky(self, send: Callable[[], T]) -> T:
         """Makes sure the message's handling marker is in Redis before the part that could kill
-        the worker."""
+        the worker; and that the URL is still to be fetched, when its checks rode with the
+        send's clearance."""
+        self._stop_if_settled_meanwhile()
         if self.delivery_limit is not None:
             self.delivery_limit.before_risk()
         return send()
@@ -518,6 +569,19 @@ class CrawlHandler:
             extracted=extracted,
             previous_run=task.recrawl_of,
         )
+
+
+class _SettledMeanwhile(PipelineError):
+    """A URL whose checks were due with its send found settled by another copy (`handled`),
+    or its run paused or cancelled: not fetched (see CrawlHandler._checks_ride_with_the_send)."""
+
+    def __init__(self, handled: bool) -> None:
+        super().__init__("handled" if handled else "run paused or cancelled")
+        self.handled = handled
+
+
+def _back_with_its_slot(delivery: Delivery) -> bool:
+    return isinstance(delivery.memo, Waiting) and delivery.memo.slot is not None
 
 
 @dataclass(frozen=True)

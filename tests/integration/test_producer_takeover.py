@@ -16,10 +16,11 @@ from producer.service import Options, run
 from shared import broker
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS, CrawlTask
-from shared.redis_client import PRODUCER, connect_redis
+from shared.redis_client import PRODUCER, WORKER, connect_redis
 from shared.settings import Settings
 from shared.topology import work_queue
 from shared.urls import canonicalize, fingerprint
+from worker.deferred_writes import DeferringRedis
 from worker.handled import (
     COPIES_RECEIVED,
     COPIES_REDELIVERED,
@@ -135,3 +136,30 @@ def test_the_worker_mark_makes_a_second_copy_a_counted_no_op(settings: Settings,
     }
     # The producer's dedup reads the same field: the URL is a duplicate for it too.
     assert Dedup(client, keys, RUN).claim([fingerprint(task.url)]).is_new == [False]
+
+
+def test_a_url_back_from_a_hold_is_checked_by_a_read_gone_ahead_and_counted_once(
+    settings: Settings, client: redis.Redis
+) -> None:
+    keys = Keys(settings.redis_prefix)
+    worker_client = connect_redis(settings, WORKER, client_class=DeferringRedis)
+    try:
+        marks = HandledMarks(worker_client, keys)
+        task = CrawlTask(url="http://127.0.0.1:9/held", run_id=RUN, queue="bulk")
+        assert marks.already_handled(task, COPY, from_producer=True) is False  # on arrival
+        # Back from its hold: the mark is read with the thread's next command (the send's
+        # clearance; here any command), and the check is answered from that reply.
+        marks.read_ahead(task)
+        worker_client.get(keys.run_state(RUN))
+        key, field = seen_field(keys, RUN, task.url)
+        client.hset(key, field, "h")  # another copy settles the URL after that read
+        assert marks.already_handled(task, COPY, from_producer=True, counted=True) is False
+        # Without a read ahead the check reads now, and counts the delivery a duplicate only.
+        assert marks.already_handled(task, COPY, from_producer=True, counted=True) is True
+        assert counters(client, keys) == {
+            COPIES_RECEIVED: 1,
+            DUPLICATES_COUNTER: 1,
+            f"{DUPLICATES_COUNTER}.copy": 1,
+        }
+    finally:
+        worker_client.close()

@@ -37,7 +37,7 @@ from worker.politeness import (
 )
 from worker.profiles import load_profiles
 from worker.response import CacheEntry, Response
-from worker.robots import Robots, RobotsAnswer
+from worker.robots import Robots, RobotsAnswer, RobotsRules
 from worker.store import PageRow, SkipRow
 
 pytestmark = pytest.mark.unit
@@ -651,11 +651,18 @@ class FakeHandled:
         self.broken = broken
         self.checked: list[tuple[str, str, bool]] = []  # (url, kind, from_producer) of each check
         self.counted: list[bool] = []  # `counted` of each check: True for a URL back from a hold
+        self.read_ahead_urls: list[str] = []
+        self.when_checked: Callable[[], object] = lambda: None  # what check_moments records
+        self.check_moments: list[object] = []
 
     def already_handled(self, task: CrawlTask, kind: str, from_producer: bool, counted: bool = False) -> bool:
         self.checked.append((task.url, kind, from_producer))
         self.counted.append(counted)
+        self.check_moments.append(self.when_checked())
         return task.url in self.urls
+
+    def read_ahead(self, task: CrawlTask) -> None:
+        self.read_ahead_urls.append(task.url)
 
     def mark_later(self, task: CrawlTask) -> None:
         if self.broken:
@@ -764,6 +771,80 @@ def test_a_url_back_from_a_hold_is_checked_again_but_not_counted_a_second_time()
     assert handled.checked == [("http://a.test/p", "copy", True)] * 2
     assert handled.counted == [False, True]
     assert rig.fetch.urls == ["http://a.test/p"]
+
+
+def held_then_due(rig: Rig, handled: FakeHandled) -> Delivery:
+    """The delivery of http://a.test/p back from its hold, its slot due (the limiter's second
+    answer must hold it)."""
+    rig.handler.handled = handled
+    held = rig.handler(delivery())
+    assert isinstance(held.memo, Waiting) and held.memo.slot is not None
+    rig.time.now = held.memo.slot.due
+    return dataclasses.replace(delivery(), memo=held.memo)
+
+
+def test_a_url_back_with_its_slot_is_checked_in_its_send_s_clearance_round_trip() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    handled = FakeHandled()
+    handled.when_checked = lambda: len(limiter.held_clears)  # clearances asked for by then
+    back = held_then_due(rig, handled)
+    assert settled(rig.handler(back)) == Outcome.done()
+    # Its mark was read ahead, to go with the clearance, and looked at only after it.
+    assert handled.read_ahead_urls == ["http://a.test/p"]
+    assert handled.counted == [False, True] and handled.check_moments == [0, 1]
+    assert rig.fetch.urls == ["http://a.test/p"] and len(rig.store.rows) == 1
+
+
+def test_a_url_settled_by_another_copy_while_held_is_acked_unfetched_and_its_lease_given_back() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    handled = FakeHandled()
+    back = held_then_due(rig, handled)
+    handled.urls.add("http://a.test/p")  # another copy stored meanwhile
+    assert rig.handler(back) == Outcome.done()
+    assert rig.fetch.urls == [] and rig.store.rows == [] and rig.store.skips == []
+    assert limiter.held_clears == [8] and limiter.released == ["held-lease"]
+
+
+def test_a_url_whose_run_was_cancelled_while_it_was_held_is_skipped_not_fetched() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    rig.handler.run_states = FakeRunStates()
+    back = held_then_due(rig, FakeHandled())
+    rig.handler.run_states = FakeRunStates(r1="cancelled")
+    assert rig.handler(back) == Outcome.done()
+    assert [(s.url, s.reason) for s in rig.store.skips] == [("http://a.test/p", "cancelled")]
+    assert rig.fetch.urls == [] and limiter.released == ["held-lease"]
+
+
+def test_a_url_whose_run_was_paused_while_it_was_held_goes_to_the_hold_queue_not_fetched() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    back = held_then_due(rig, FakeHandled())
+    rig.handler.run_states = FakeRunStates(r1="paused")
+    exchange, routing_key, _ = only_publication(rig.handler(back))
+    assert (exchange, routing_key) == ("ns.held", "r1")
+    assert rig.fetch.urls == [] and rig.store.skips == []
+
+
+class BrokenRobots:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def rules_for(self, url: str, fetch: Callable[[str], RobotsAnswer]) -> RobotsRules:
+        raise self.error
+
+
+def test_a_url_settled_while_held_is_not_retried_when_its_send_fails_first() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))  # robots, page
+    rig = make(FakeFetch([ok_response()]), limiter=limiter)
+    handled = FakeHandled()
+    back = held_then_due(rig, handled)
+    handled.urls.add("http://a.test/p")
+    rig.handler.robots = BrokenRobots(TransientError("robots_unavailable", "robots.txt answered 503"))
+    assert rig.handler(back) == Outcome.done()  # no retry copy of a settled URL
+    assert handled.counted == [False, True] and rig.fetch.urls == []
 
 
 def test_every_wait_reason_raised_is_listed_for_its_metric_series() -> None:
