@@ -233,6 +233,7 @@ class CrawlHandler:
                 return self._crawl(task, progress)
         except BlockedAddress as exc:
             # Not the URL's failure and nothing to retry: the address is not ours to fetch.
+            self._stop_if_settled_meanwhile()  # (robots.txt's fetch can meet it before the check)
             return self._skip(task, "blocked_address", exc.detail, progress)
         except TryLater as later:
             waiting = delivery.memo if isinstance(delivery.memo, Waiting) else Waiting(time.monotonic())

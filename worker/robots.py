@@ -223,7 +223,7 @@ class Robots:
         """The rules for `url`'s domain, fetching robots.txt if no worker has lately.
 
         Raises TransientError('robots_unavailable') when robots.txt is unreachable, and
-        TryLater when another worker is fetching it and does not finish in time."""
+        TryLater when another worker, or thread, is fetching it and does not finish in time."""
         domain = domain_of(url)
         memo = self._remembered(domain) or self._look_up(domain, url, fetch)
         entry, rules = memo
@@ -242,7 +242,7 @@ class Robots:
         with self._lines.turn(domain, self._max_wait_s) as turn:
             if turn is Turn.MISSED:  # the thread ahead is waiting for another worker's fetch
                 raise TryLater(ROBOTS_PENDING_RETRY_S, "robots_pending")
-            memo = self._remembered(domain) if turn is Turn.AFTER_OTHERS else None
+            memo = self._remembered(domain)  # by the thread ahead, or one that just left the line
             if memo is None:
                 entry = self._cached(domain) or self._fetch_once(domain, robots_url(url), fetch)
                 memo = self._remember(domain, entry)
