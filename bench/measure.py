@@ -118,6 +118,21 @@ def _proc_cpu_s(pid: int, with_children: bool) -> float:
     return ticks / TICKS_PER_S
 
 
+def _parent_pid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def postmasters(parents: dict[int, int]) -> set[int]:
+    """Of PostgreSQL's processes, given as {pid: parent pid}, the ones no other of them
+    started. Not the lowest pid: once pids wrap (at 32,768 here) a new backend can have a lower
+    one than its postmaster, and taking it for the postmaster turned the figure negative by the
+    postmaster's whole children's CPU."""
+    return {pid for pid, parent in parents.items() if parent not in parents}
+
+
 def proc_cpu_s(pid: int) -> float:
     """CPU seconds a live process has used so far (0 once it is gone)."""
     return _proc_cpu_s(pid, with_children=False)
@@ -140,10 +155,10 @@ def services_cpu_s() -> dict[int, float]:
     """CPU seconds used so far by each process of RabbitMQ, Redis and PostgreSQL, by pid (the
     postmaster's figure includes its exited backends). Compare two with `services_delta`."""
     postgres = _pids("postgres")
-    postmaster = min(postgres) if postgres else None
+    started_by_none = postmasters({p: _parent_pid(p) for p in postgres})
     found = {p: _proc_cpu_s(p, with_children=True) for p in _pids("beam.smp")}
     found.update({p: _proc_cpu_s(p, with_children=False) for p in _pids("redis-server")})
-    found.update({p: _proc_cpu_s(p, with_children=p == postmaster) for p in postgres})
+    found.update({p: _proc_cpu_s(p, with_children=p in started_by_none) for p in postgres})
     return found
 
 

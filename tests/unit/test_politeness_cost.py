@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from bench.measure import postmasters
 from bench.politeness_cost import Result, parse_args
 
 pytestmark = pytest.mark.unit
@@ -36,3 +37,10 @@ def test_the_services_share_is_shown_by_service_in_ms_a_page() -> None:
     assert run.services_row(200).split("services ms/page: ")[1] == (
         "RabbitMQ 2.00, PostgreSQL 1.00; idle share 1.00; Redis round trips/page 4.5"
     )
+
+
+def test_the_postmaster_is_the_postgres_process_no_other_started_whatever_its_pid() -> None:
+    # pids wrapped: two backends have lower pids than their postmaster, 29854 (started by init)
+    parents = {29854: 1, 29858: 29854, 412: 29854, 977: 29854}
+    assert postmasters(parents) == {29854}
+    assert postmasters({}) == set()
