@@ -53,11 +53,6 @@ class Lines:
                 if line.waiting == 0:
                     del self._lines[key]
 
-    def __len__(self) -> int:
-        """Keys with someone in line."""
-        with self._guard:
-            return len(self._lines)
-
 
 @dataclass
 class _Line:

@@ -240,7 +240,7 @@ class Robots:
         and some again every LOCAL_MEMO_S: 24-27 lookups a worker in a 200-page crawl of one
         host, about 1 ms of CPU each in that crowd, where one would do."""
         with self._lines.turn(domain, self._max_wait_s) as turn:
-            if turn is Turn.MISSED:  # the thread ahead is waiting for another worker's fetch
+            if turn is Turn.MISSED:  # the thread ahead is still fetching, or waiting for another worker
                 raise TryLater(ROBOTS_PENDING_RETRY_S, "robots_pending")
             memo = self._remembered(domain)  # by the thread ahead, or one that just left the line
             if memo is None:

@@ -243,7 +243,7 @@ def test_the_threads_of_a_worker_look_a_domain_up_once() -> None:
     first, results = in_threads(1, lambda: robots.rules_for("http://s.test/a", server))
     assert store.reading.wait(5.0)
     others, more = in_threads(4, lambda: robots.rules_for("http://s.test/b", server))
-    time.sleep(0.2)  # the others reach the domain's line (or, before it existed, Redis)
+    time.sleep(0.2)  # the others reach the domain's line (without it, each would read the store)
     store.go.set()
     for thread in first + others:
         thread.join(5.0)
