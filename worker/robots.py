@@ -239,7 +239,9 @@ class Robots:
         on its own, each of a worker's 24 threads read and parsed them at the start of a crawl,
         and some again every LOCAL_MEMO_S: 24-27 lookups a worker in a 200-page crawl of one
         host, about 1 ms of CPU each in that crowd, where one would do."""
-        with self._lines.turn(domain, self._max_wait_s) as turn:
+        # At least as long as the URL would be held for otherwise: a thread behind a memo's
+        # refresh waits the millisecond it takes, even where rate-limit waits are not slept.
+        with self._lines.turn(domain, max(self._max_wait_s, ROBOTS_PENDING_RETRY_S)) as turn:
             if turn is Turn.MISSED:  # the thread ahead is still fetching, or waiting for another worker
                 raise TryLater(ROBOTS_PENDING_RETRY_S, "robots_pending")
             memo = self._remembered(domain)  # by the thread ahead, or one that just left the line

@@ -269,7 +269,7 @@ def test_a_slow_look_up_of_one_domain_holds_up_no_other() -> None:
 
 def test_waiting_too_long_behind_another_threads_look_up_defers_the_url() -> None:
     store = SlowStore("s.test")
-    robots = Robots(store, AGENT, ttl_s=3600.0, claim_ttl_s=40.0, max_wait_s=0.05)
+    robots = Robots(store, AGENT, ttl_s=3600.0, claim_ttl_s=40.0, max_wait_s=0.0)  # waits 1 s
     first, results = in_threads(
         1, lambda: robots.rules_for("http://s.test/a", Server(RobotsAnswer(404, b"")))
     )
@@ -282,3 +282,15 @@ def test_waiting_too_long_behind_another_threads_look_up_defers_the_url() -> Non
     store.go.set()
     first[0].join(5.0)
     assert len(results) == 1 and isinstance(results[0], RobotsRules)
+
+
+def test_a_thread_behind_a_quick_look_up_waits_for_it_even_without_inline_waits() -> None:
+    store = SlowStore("s.test")
+    store.values["s.test"] = RobotsEntry(RULES, "User-agent: *\nDisallow: /x\n").encode()
+    robots = Robots(store, AGENT, ttl_s=3600.0, claim_ttl_s=40.0, max_wait_s=0.0)
+    first, _ = in_threads(1, lambda: robots.rules_for("http://s.test/a", Server()))
+    assert store.reading.wait(5.0)
+    threading.Timer(0.1, store.go.set).start()  # the lookup ends 0.1 s later
+    assert not robots.rules_for("http://s.test/b", Server()).allows("http://s.test/x")
+    first[0].join(5.0)
+    assert store.reads == ["s.test"]
