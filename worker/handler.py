@@ -206,7 +206,8 @@ class CrawlHandler:
                 delivery.body, delivery.queue, Progress.from_headers(delivery.headers), exc
             )
         self._read_ahead(delivery, task)
-        if self._checks_ride_with_the_send(delivery, progress):
+        if self.handled is not None and self._checks_ride_with_the_send(delivery, progress):
+            self.handled.read_ahead(task)  # its mark, to go with the clearance
             self._local.checks_due = (task, progress)
         elif (settled := self._settled(delivery, task, progress)) is not None:
             return settled
@@ -258,14 +259,11 @@ class CrawlHandler:
         """A URL's cache read, and its run's state when the worker's copy is stale, go with the
         "already handled?" check, in one round trip. A URL back from a hold reads the cache
         again, if at all, when it comes to that; the run's state it reads again, as it does on
-        arrival: at 2 pages a second a worker's copy is stale most of the time. One back with
-        its slot reads its mark ahead too: its checks then ride with its send's clearance."""
+        arrival: at 2 pages a second a worker's copy is stale most of the time."""
         if not isinstance(delivery.memo, Waiting):
             self.cache.read_ahead(task.url)
         if self.run_states is not None:
             self.run_states.read_ahead(task.run_id)
-        if self.handled is not None and _back_with_its_slot(delivery):
-            self.handled.read_ahead(task)
 
     def _checks_ride_with_the_send(self, delivery: Delivery, progress: Progress) -> bool:
         """Whether this delivery's checks (another copy settled? the run paused or cancelled?)
@@ -273,7 +271,8 @@ class CrawlHandler:
         was checked when it came; checked again before it is fetched, but in the clearance's
         round trip, not one of its own: that was one of two round trips a held page made on
         its way back, in a polite crawl's every page. The slot is spent if the answer is no."""
-        return self.handled is not None and not progress.replays and _back_with_its_slot(delivery)
+        memo = delivery.memo
+        return not progress.replays and isinstance(memo, Waiting) and memo.slot is not None
 
     def _stop_if_settled_meanwhile(self) -> None:
         """Raises _SettledMeanwhile when the checks still due stop the URL; answered from the
@@ -579,10 +578,6 @@ class _SettledMeanwhile(PipelineError):
     def __init__(self, handled: bool) -> None:
         super().__init__("handled" if handled else "run paused or cancelled")
         self.handled = handled
-
-
-def _back_with_its_slot(delivery: Delivery) -> bool:
-    return isinstance(delivery.memo, Waiting) and delivery.memo.slot is not None
 
 
 @dataclass(frozen=True)
