@@ -52,7 +52,6 @@ from shared.urls import domain_of
 from worker.handled import delivery_kind
 from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
-from worker.poison import DeliveryLimit
 from worker.politeness import HeldSlot, TryLater
 from worker.profiles import Profiles
 from worker.response import CacheEntry, Response
@@ -68,6 +67,9 @@ WAIT_REASONS = ("rate", "busy", "paused", "spacing", "robots_pending", "proxies_
 
 T = TypeVar("T")
 HOLD_UNROUTABLE_WAIT_S = 5.0  # how long a paused run's message with no hold queue waits to come back
+# Domains whose held slots a worker remembers (CrawlHandler._will_be_held) before it forgets
+# the ones whose slots have passed.
+SLOTS_REMEMBERED = 4096
 
 
 class Fetch(Protocol):
@@ -139,6 +141,22 @@ class Handled(Protocol):
     def close(self) -> None: ...
 
 
+class DeliveryLimit(Protocol):
+    """worker.poison.DeliveryLimit: a bound on redeliveries of a message that kills workers."""
+
+    def check(self, delivery: Delivery) -> Outcome | None: ...
+
+    def mark_handling(self, delivery: Delivery) -> None:
+        """Leave the "handling" marker, held for the thread's next Redis command."""
+        ...
+
+    def before_risk(self) -> None:
+        """Make sure the marker is in Redis."""
+        ...
+
+    def unmark_handling(self, delivery: Delivery) -> None: ...
+
+
 class Store(Protocol):
     def save_page_later(self, row: PageRow, committed: Callable[[BaseException | None], None]) -> None: ...
 
@@ -178,6 +196,9 @@ class CrawlHandler:
         self._parse_lock = threading.Lock()
         # Bounds how long one page holds that lock, and what it costs (docs/SECURITY.md).
         self._parse_budget = parse_budget(self.settings)
+        # Domain -> when the furthest slot this worker holds a URL for comes (time.monotonic()).
+        # Replaced, never pruned in place: handler threads read it without a lock.
+        self._slots_held: dict[str, float] = {}
 
     def __call__(self, delivery: Delivery) -> Outcome:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
@@ -312,9 +333,8 @@ class CrawlHandler:
         return True
 
     def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
-        if self.delivery_limit is not None:
-            self.delivery_limit.mark_handling(self._local.delivery)
-            self._local.marked = True
+        if not self._will_be_held(task.url):
+            self._mark_handling()  # rides with the gate's round trip, ordinarily
         rules = self._robots_rules(task.url)
         if rules is not None and not rules.allows(task.url):
             self._stop_if_settled_meanwhile()
@@ -326,6 +346,34 @@ class CrawlHandler:
             profile, extracted = self._extract(task.url, html)
         row = self._row(task, response, page, progress, profile, extracted)
         return self._store_later(task, row, response, progress)
+
+    def _mark_handling(self) -> None:
+        """The "handling" marker (worker/poison.py), once a handling: from here the handling may
+        take the worker down, and a redelivery of the message counts."""
+        if self.delivery_limit is not None and not self._local.marked:
+            self.delivery_limit.mark_handling(self._local.delivery)
+            self._local.marked = True
+
+    def _will_be_held(self, url: str) -> bool:
+        """Whether this URL, just come, will be held for its domain's slot: this worker holds
+        another URL of the domain for a slot further off than the inline wait, and the
+        limiter's slots only move on, so the URL's own comes later still. Such a handling only
+        reserves its slot and risks nothing, so it leaves no "handling" marker, which would have
+        cost a polite page a round trip of its own to take away again when the thread went
+        idle. A guess that proves wrong costs only that: the marker goes before any fetch or
+        parse (_mark_handling)."""
+        memo = self._local.delivery.memo
+        if self.settings.max_hold_s <= 0 or (isinstance(memo, Waiting) and memo.slot is not None):
+            return False  # a held URL's send
+        held_until = self._slots_held.get(domain_of(url))
+        return held_until is not None and held_until - time.monotonic() > self.settings.max_inline_wait_s
+
+    def _note_slot_held(self, domain: str, wait_s: float) -> None:
+        now = time.monotonic()
+        if len(self._slots_held) >= SLOTS_REMEMBERED:
+            # list(): one call, so another thread's insert cannot break the iteration.
+            self._slots_held = {domain: due for domain, due in list(self._slots_held.items()) if due > now}
+        self._slots_held[domain] = now + wait_s
 
     def _store_later(self, task: CrawlTask, row: PageRow, response: Response, progress: Progress) -> Outcome:
         """Hand the row to the store and go on: the message is acked once its row is committed.
@@ -393,6 +441,7 @@ class CrawlHandler:
         domain = domain_of(url)
 
         def fetch_robots(robots_url: str) -> RobotsAnswer:
+            self._mark_handling()  # robots.txt's answer is parsed next
             return self.gate.call(domain, lambda: self.fetch.robots_txt(robots_url), spaced_from_answer=True)
 
         return self.robots.rules_for(url, fetch_robots)
@@ -413,6 +462,7 @@ class CrawlHandler:
             metrics.CACHE_HITS.inc()
             if self.delivery_limit is not None:
                 # The parse is the risk now, and no fetch will send the handling marker first.
+                self._mark_handling()
                 self.delivery_limit.before_risk()
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
@@ -446,6 +496,7 @@ class CrawlHandler:
         send's clearance."""
         self._stop_if_settled_meanwhile()
         if self.delivery_limit is not None:
+            self._mark_handling()  # held already, unless _will_be_held guessed wrong
             self.delivery_limit.before_risk()
         return send()
 
@@ -477,6 +528,8 @@ class CrawlHandler:
         broker like any message in flight."""
         log.debug("holding %s for %.3f s (%s)", task.url, later.wait_s, later.reason)
         metrics.HOLDS.labels(later.reason).inc()
+        if later.slot is not None:
+            self._note_slot_held(later.slot.domain, later.wait_s)
         return Outcome.hold(later.wait_s, Waiting(waiting.since, later.slot, self._local.cache_missed))
 
     def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:

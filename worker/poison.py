@@ -136,10 +136,12 @@ class DeliveryLimit:
         )
 
     def mark_handling(self, delivery: Delivery) -> None:
-        """Called as the handling starts: if the worker dies from now on (in the fetch or the
-        parse), this message is a suspect, and its redelivery counts. The marker is held for
-        the thread's next Redis command (the domain gate's, ordinarily), which carries it in
-        the same round trip; `before_risk()` makes sure it has been written."""
+        """Called before the part of a handling that could kill the worker (the fetch, the
+        parse): if the worker dies from now on, this message is a suspect, and its redelivery
+        counts. A handling that only reserves its URL a slot and holds it is not marked. The
+        marker is held for the thread's next Redis command (the domain gate's, ordinarily),
+        which carries it in the same round trip; `before_risk()` makes sure it has been
+        written."""
         with translate_redis_errors(self._client):  # a plain client sends it at once
             write_later(
                 self._client,

@@ -314,6 +314,77 @@ def test_a_url_whose_slot_is_beyond_the_inline_wait_is_held_with_its_slot_then_s
     assert limiter.released == ["held-lease"] and limiter.sped_up == 1
 
 
+class FakeDeliveryLimit:
+    """worker.poison.DeliveryLimit's part the handler uses: records each call, and how many
+    pages had been fetched by then."""
+
+    def __init__(self, fetch: FakeFetch) -> None:
+        self.fetch = fetch
+        self.calls: list[tuple[str, str, int]] = []  # (call, url, pages fetched before it)
+
+    def check(self, delivery: Delivery) -> Outcome | None:
+        return None
+
+    def mark_handling(self, delivery: Delivery) -> None:
+        self._record("mark", delivery)
+
+    def before_risk(self) -> None:
+        self.calls.append(("before_risk", "", len(self.fetch.urls)))
+
+    def unmark_handling(self, delivery: Delivery) -> None:
+        self._record("unmark", delivery)
+
+    def _record(self, call: str, delivery: Delivery) -> None:
+        self.calls.append((call, CrawlTask.decode(delivery.body).url, len(self.fetch.urls)))
+
+
+def test_a_url_held_behind_another_of_its_domain_leaves_no_handling_marker_and_its_send_does() -> None:
+    # robots.txt, then p1 and p2 reserved 4 and 4.5 s ahead, beyond the inline wait (2 s).
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True), Reservation(4.5, True))
+    rig = make(FakeFetch([ok_response(), ok_response("http://a.test/p2")]), limiter=limiter)
+    limit = FakeDeliveryLimit(rig.fetch)
+    handler = dataclasses.replace(rig.handler, delivery_limit=limit)
+    first = handler(delivery())
+    # The first URL of the domain cannot know it will wait: marked, and the mark taken away.
+    assert limit.calls == [("mark", "http://a.test/p", 0), ("unmark", "http://a.test/p", 0)]
+    second = handler(delivery(url="http://a.test/p2"))
+    assert isinstance(second.memo, Waiting) and second.hold_s == 4.5
+    assert limit.calls[2:] == []  # held behind the first: no marker, nothing to take away
+    # Each send is marked, and the marker is in Redis before its fetch.
+    for held, url in ((first, "http://a.test/p"), (second, "http://a.test/p2")):
+        rig.time.now = held.memo.slot.due
+        del limit.calls[:]
+        fetched = len(rig.fetch.urls)
+        sent = handler(dataclasses.replace(delivery(url=url), memo=held.memo))
+        assert settled(sent) == Outcome.done()
+        assert limit.calls == [
+            ("mark", url, fetched),
+            ("before_risk", "", fetched),
+            ("unmark", url, fetched + 1),
+        ]
+    assert rig.fetch.urls == ["http://a.test/p", "http://a.test/p2"]
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_url_guessed_to_wait_is_still_marked_before_its_fetch_or_parse(cached: bool) -> None:
+    """The guess is wrong when the slots moved back (a limiter that lost its state): the URL
+    goes at once, and the marker with it, before the risk."""
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True), Reservation(0.0, True))
+    hit = CacheEntry(ok_response("http://a.test/p2", from_cache=True), fresh=True)
+    cache = FakeCache(hit if cached else None)
+    rig = make(FakeFetch([ok_response("http://a.test/p2")]), cache=cache, limiter=limiter)
+    limit = FakeDeliveryLimit(rig.fetch)
+    handler = dataclasses.replace(rig.handler, delivery_limit=limit)
+    cache.hit = None
+    handler(delivery())  # held 4 s ahead
+    cache.hit = hit if cached else None
+    del limit.calls[:]
+    assert settled(handler(delivery(url="http://a.test/p2"))) == Outcome.done()
+    assert limit.calls[:2] == [("mark", "http://a.test/p2", 0), ("before_risk", "", 0)]
+    assert rig.fetch.urls == ([] if cached else ["http://a.test/p2"])
+    assert len(rig.store.rows) == 1
+
+
 @pytest.mark.parametrize(
     ("cached", "reads"),
     [
