@@ -371,8 +371,9 @@ class CrawlHandler:
     def _note_slot_held(self, domain: str, wait_s: float) -> None:
         now = time.monotonic()
         if len(self._slots_held) >= SLOTS_REMEMBERED:
+            # A worker holds at most its prefetch of URLs, so few slots are still to come.
             # list(): one call, so another thread's insert cannot break the iteration.
-            self._slots_held = {domain: due for domain, due in list(self._slots_held.items()) if due > now}
+            self._slots_held = {known: due for known, due in list(self._slots_held.items()) if due > now}
         self._slots_held[domain] = now + wait_s
 
     def _store_later(self, task: CrawlTask, row: PageRow, response: Response, progress: Progress) -> Outcome:
