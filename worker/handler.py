@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from shared import metrics
 from shared.broker import Publication
@@ -293,7 +293,7 @@ class CrawlHandler:
         round trip, not one of its own: that was one of two round trips a held page made on
         its way back, in a polite crawl's every page. The slot is spent if the answer is no."""
         memo = delivery.memo
-        return not progress.replays and isinstance(memo, Waiting) and memo.slot is not None
+        return not progress.replays and _back_with_its_slot(memo)
 
     def _stop_if_settled_meanwhile(self) -> None:
         """Raises _SettledMeanwhile when the checks still due stop the URL; answered from the
@@ -363,7 +363,7 @@ class CrawlHandler:
         idle. A guess that proves wrong costs only that: the marker goes before any fetch or
         parse (_mark_handling)."""
         memo = self._local.delivery.memo
-        if self.settings.max_hold_s <= 0 or (isinstance(memo, Waiting) and memo.slot is not None):
+        if self.settings.max_hold_s <= 0 or _back_with_its_slot(memo):
             return False  # a held URL's send
         held_until = self._slots_held.get(domain_of(url))
         return held_until is not None and held_until - time.monotonic() > self.settings.max_inline_wait_s
@@ -450,7 +450,7 @@ class CrawlHandler:
     def _response_for(self, url: str, rules: RobotsRules | None) -> Response:
         """From the cache while fresh; else fetched (conditionally, if cached) through the gate."""
         memo = self._local.delivery.memo
-        if isinstance(memo, Waiting) and memo.slot is not None and memo.cache_missed:
+        if _back_with_its_slot(memo) and memo.cache_missed:
             # Back from a hold with its slot reserved, and the cache had nothing for it when it
             # came: it is fetched now, without reading the cache again (a polite crawl's every
             # page comes this way, and the read was a round trip a page).
@@ -642,6 +642,12 @@ class Waiting:
     since: float  # time.monotonic()
     slot: HeldSlot | None = None
     cache_missed: bool = False  # the response cache had nothing for the URL when it first came
+
+
+def _back_with_its_slot(memo: object) -> TypeGuard[Waiting]:
+    """Whether a delivery's memo is that of a URL back from its hold to be sent on the slot
+    reserved for it."""
+    return isinstance(memo, Waiting) and memo.slot is not None
 
 
 def _context(task: CrawlTask) -> dict[str, str]:
