@@ -11,6 +11,9 @@ A handler that cannot finish a message yet returns `Outcome.hold(seconds, memo)`
 stays unacked in a timer heap (shared/holds.py) and goes back to a handler thread when due, with
 `memo` in `Delivery.memo`; the thread meanwhile takes other messages. Held messages count against
 the prefetch, which is what bounds them. A stopping service gives them back to the broker.
+A service may also hold a message as it comes, before any handler thread sees it (`park`, on
+the connection's thread): the worker parks a URL whose domain already waits in it. Parked
+messages that come due together go to one handler thread, which takes them in turn.
 
 A handler whose last step finishes on another thread (the worker's batched database commit)
 returns `Outcome.after(settled)`: its thread goes on to the next message at once, and the
@@ -145,6 +148,18 @@ class _Item:
     generation: int = field(compare=False)
     tag: int = field(compare=False)
     delivery: Delivery = field(compare=False)
+    parked: bool = field(default=False, compare=False)  # held as it came, before any handling
+
+
+class _LocalQueue(queue.PriorityQueue[_Item]):
+    def put_together(self, items: list[_Item]) -> None:
+        """Queue `items` and wake one handler thread for them all: it takes them back to back,
+        as threads do that find a message waiting when they finish one."""
+        with self.not_empty:
+            for item in items:
+                self._put(item)
+            self.unfinished_tasks += len(items)
+            self.not_empty.notify()
 
 
 class ConsumerRuntime:
@@ -158,11 +173,16 @@ class ConsumerRuntime:
         stop_event: StopEvent | None = None,
         when_idle: Callable[[], None] | None = None,
         private_api: bool = True,
+        park: Callable[[Delivery], Outcome | None] | None = None,
     ) -> None:
         self.settings = settings
         self.name = name
         self.subscriptions = list(subscriptions)
         self.handler = handler
+        # Asked on the connection's thread as each message comes: a hold outcome keeps it in the
+        # timer heap before any handler thread wakes for it (a worker's URL whose domain is
+        # already waiting here); None hands it to the handler threads.
+        self.park = park
         # Called on a handler thread that finds no message waiting, before it waits for one:
         # the handler's chance to send what it held back for its next message (the worker's
         # deferred Redis writes).
@@ -174,7 +194,7 @@ class ConsumerRuntime:
         # Higher consumer priority = served first from the local buffer too.
         ranks = sorted({s.consumer_priority for s in subscriptions}, reverse=True)
         self._rank = {s.queue: ranks.index(s.consumer_priority) for s in subscriptions}
-        self._local: queue.PriorityQueue[_Item] = queue.PriorityQueue()
+        self._local = _LocalQueue()
         self._seq = itertools.count()
         self._generation = 0
         self._connection: Any = None
@@ -310,15 +330,30 @@ class ConsumerRuntime:
         )
         self._unsettled.add(method.delivery_tag)
         metrics.MESSAGES_CONSUMED.labels(queue_name).inc()
-        self._local.put(
-            _Item(
-                self._rank[queue_name],
-                -delivery.priority,
-                next(self._seq),
-                generation,
-                method.delivery_tag,
-                delivery,
-            )
+        rank, tag = self._rank[queue_name], method.delivery_tag
+        item = _Item(rank, -delivery.priority, next(self._seq), generation, tag, delivery)
+        parked = self._parked(delivery)
+        if parked is not None:
+            self._hold(dataclasses.replace(item, parked=True), parked)
+        else:
+            self._local.put(item)
+
+    def _parked(self, delivery: Delivery) -> Outcome | None:
+        if self.park is None:
+            return None
+        try:
+            outcome = self.park(delivery)
+        except Exception:  # the connection's thread must go on; the handler will see the message
+            log.exception("%s could not tell whether to park a message from %s", self.name, delivery.queue)
+            return None
+        return outcome if outcome is not None and outcome.hold_s is not None else None
+
+    def _hold(self, item: _Item, outcome: Outcome) -> None:
+        assert outcome.hold_s is not None
+        metrics.MESSAGES_HELD.inc()  # before the timer can let it go (and dec)
+        self._held.hold(
+            dataclasses.replace(item, delivery=dataclasses.replace(item.delivery, memo=outcome.memo)),
+            outcome.hold_s,
         )
 
     def _settle_waiting(self) -> None:
@@ -396,11 +431,7 @@ class ConsumerRuntime:
             else:
                 outcome = self._handle(item.delivery)
             if outcome.hold_s is not None:
-                metrics.MESSAGES_HELD.inc()  # before the timer can let it go (and dec)
-                self._held.hold(
-                    dataclasses.replace(item, delivery=dataclasses.replace(item.delivery, memo=outcome.memo)),
-                    outcome.hold_s,
-                )
+                self._hold(item, outcome)
             elif outcome.later is not None:
                 outcome.later.add_done_callback(functools.partial(self._hand_back_settled, item))
             else:
@@ -414,7 +445,15 @@ class ConsumerRuntime:
             due = self._held.take_all() if stopping else self._held.take_due()
             for item in due:
                 metrics.MESSAGES_HELD.dec()
-                self._local.put(item)
+                if not item.parked:
+                    self._local.put(item)  # a thread each: each may be a fetch
+            # Parked messages are due with the one whose slot they waited for, and their
+            # handling is short (a check, a reservation): one thread takes them in turn,
+            # instead of a thread woken from its pause for each. A thread of their own, not
+            # the send's: that one may wait for a slow site.
+            parked = [item for item in due if item.parked]
+            if parked:
+                self._local.put_together(parked)
             if stopping and self._connection is None:
                 return
             self._held.wait_for_next()  # until the next is due; a stop wakes it
@@ -493,11 +532,12 @@ def run_consumers(
     stop_event: StopEvent | None = None,
     when_idle: Callable[[], None] | None = None,
     private_api: bool = True,
+    park: Callable[[Delivery], Outcome | None] | None = None,
 ) -> int:
     """Consume until SIGTERM/SIGINT (or `stop_event`), then stop cleanly; return the exit code.
     `private_api=False` acks through pika's public API only (shared/pika_compat.py)."""
     runtime = ConsumerRuntime(
-        settings, name, subscriptions, handler, concurrency, stop_event, when_idle, private_api
+        settings, name, subscriptions, handler, concurrency, stop_event, when_idle, private_api, park
     )
     if threading.current_thread() is threading.main_thread():
 

@@ -52,12 +52,13 @@ def consume_in_thread(
     concurrency: int = 2,
     when_idle: Callable[[], None] | None = None,
     private_api: bool = True,
+    park: Callable[[Delivery], Outcome | None] | None = None,
 ) -> tuple[StopEvent, threading.Thread]:
     stop = StopEvent()
     thread = threading.Thread(
         target=run_consumers,
         args=(settings, "test-consumer", subscriptions, handler, concurrency),
-        kwargs={"stop_event": stop, "when_idle": when_idle, "private_api": private_api},
+        kwargs={"stop_event": stop, "when_idle": when_idle, "private_api": private_api, "park": park},
         daemon=True,
     )
     thread.start()

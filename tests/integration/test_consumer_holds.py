@@ -1,11 +1,12 @@
 """Outcome.hold against the real broker: the message stays unacked in the process, comes back to
 a handler with its memo, frees the handler thread meanwhile, and goes back to the queue when the
-consumer stops."""
+consumer stops. The same for a message parked as it comes, before any handler sees it."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -65,3 +66,69 @@ def test_a_stopping_consumer_gives_its_held_messages_back_to_the_queue(settings:
     thread.join(timeout=30)
     assert not thread.is_alive() and time.monotonic() - started < 10
     assert depth(settings, queue) == 3
+
+
+def test_a_parked_message_reaches_a_handler_only_when_due_with_its_memo(settings: Settings) -> None:
+    queue = work_queue(settings.crawl_namespace, "bulk")
+    publish_tasks(settings, "bulk", [b"parked", b"direct", b"wrong"])
+    calls: list[tuple[bytes, object, float]] = []
+    lock = threading.Lock()
+    came: dict[bytes, float] = {}
+
+    def park(delivery: Delivery) -> Outcome | None:
+        came[delivery.body] = time.monotonic()
+        if delivery.body == b"parked":
+            return Outcome.hold(1.0, memo="parked at 0")
+        if delivery.body == b"wrong":
+            raise RuntimeError("a bug in the hook")  # the message goes to a handler as usual
+        return None
+
+    def handler(delivery: Delivery) -> Outcome:
+        with lock:
+            calls.append((delivery.body, delivery.memo, time.monotonic()))
+        return Outcome.done()
+
+    stop, thread = consume_in_thread(settings, [Subscription(queue)], handler, concurrency=1, park=park)
+    try:
+        wait_for(lambda: len(calls) == 3)
+        wait_for(lambda: depth(settings, queue) == 0)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert sorted((body, memo) for body, memo, _ in calls) == [
+        (b"direct", None),
+        (b"parked", "parked at 0"),
+        (b"wrong", None),
+    ]
+    assert [body for body, _, _ in calls][-1] == b"parked"  # handled once, after the others
+    handled_at = {body: at for body, _, at in calls}
+    assert handled_at[b"parked"] - came[b"parked"] >= 0.95
+    assert depth(settings, queue) == 0  # all three acked
+
+
+def test_a_stopping_consumer_gives_its_parked_messages_back_to_the_queue(settings: Settings) -> None:
+    queue = work_queue(settings.crawl_namespace, "bulk")
+    publish_tasks(settings, "bulk", [f"m{i}".encode() for i in range(3)])
+    parked: list[bytes] = []
+    handled: list[bytes] = []
+
+    def park(delivery: Delivery) -> Outcome | None:
+        parked.append(delivery.body)
+        return Outcome.hold(600.0)  # far longer than the test
+
+    stop, thread = consume_in_thread(settings, [Subscription(queue)], handled_by(handled), park=park)
+    wait_for(lambda: len(parked) == 3)
+    started = time.monotonic()
+    stop.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and time.monotonic() - started < 10
+    assert handled == []  # given back unhandled
+    assert depth(settings, queue) == 3
+
+
+def handled_by(handled: list[bytes]) -> Callable[[Delivery], Outcome]:
+    def handler(delivery: Delivery) -> Outcome:
+        handled.append(delivery.body)
+        return Outcome.done()
+
+    return handler
