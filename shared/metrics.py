@@ -37,7 +37,8 @@ Where each metric is counted (label values in brackets):
       MESSAGES_HELD                inc() when a handler holds a message unacked to try it again
                                    later (Outcome.hold), dec() when it goes back to a handler
       HOLDS[reason]                worker: a URL held in-process for its domain (rate, busy,
-                                   spacing, ...), where it would otherwise be deferred
+                                   spacing, ...), where it would otherwise be deferred; parked:
+                                   held as it came, behind a slot of its domain held here
 
     dlq_consumer
       DEAD_LETTERS[reason]         after a dead letter's row is committed.

@@ -99,6 +99,7 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 # The Redis writes a page leaves for the thread's next command go out when no
                 # message is waiting for it (worker/deferred_writes.py).
                 when_idle=lambda: flush(client),
+                park=handler.parked,
             )
     finally:
         if isinstance(handler.store, ResultStore):

@@ -188,6 +188,7 @@ class CrawlHandler:
         for reason in WAIT_REASONS:  # a crawl whose waits are all held in-process defers none
             metrics.HOLDS.labels(reason)
             metrics.DEFERRALS.labels(reason)
+        metrics.HOLDS.labels("parked")  # waits here before its handling (parked())
         # Parsing is pure Python under the GIL: however many threads parse at once, one runs.
         # Letting them all start only multiplies half-built trees in memory and forced thread
         # switches; one parse at a time took a worker with 32 fetches in flight from a 79 MB
@@ -258,9 +259,11 @@ class CrawlHandler:
             self._stop_if_settled_meanwhile()  # (robots.txt's fetch can meet it before the check)
             return self._skip(task, "blocked_address", exc.detail, progress)
         except TryLater as later:
-            waiting = delivery.memo if isinstance(delivery.memo, Waiting) else Waiting(time.monotonic())
-            # Held in all for at most twice MAX_HOLD_S: far below the broker's consumer_timeout,
-            # whatever the number of URLs waiting for the domain.
+            waiting = delivery.memo
+            if not isinstance(waiting, Waiting):  # its first wait; a parked URL's began when it came
+                waiting = Waiting(waiting.since if isinstance(waiting, Parked) else time.monotonic())
+            # Held in all for at most twice MAX_HOLD_S, parked time included: far below the
+            # broker's consumer_timeout, whatever the number of URLs waiting for the domain.
             held_s = time.monotonic() - waiting.since + later.wait_s
             if later.wait_s <= self.settings.max_hold_s and held_s <= 2 * self.settings.max_hold_s:
                 return self._wait_here(task, later, waiting)
@@ -365,8 +368,30 @@ class CrawlHandler:
         memo = self._local.delivery.memo
         if self.settings.max_hold_s <= 0 or _back_with_its_slot(memo):
             return False  # a held URL's send
+        if isinstance(memo, Parked):
+            return True  # parked behind a slot held here: its own comes after that one
         held_until = self._slots_held.get(domain_of(url))
         return held_until is not None and held_until - time.monotonic() > self.settings.max_inline_wait_s
+
+    def parked(self, delivery: Delivery) -> Outcome | None:
+        """On the connection's thread, as a message comes: a hold until its domain's furthest
+        slot held in this worker, for a URL that would only reserve a slot after that one and
+        be held; None for any other. A polite crawl's URL came to a handler thread of its own
+        when the thread before it was acked, alone, and each thread that wakes after a pause
+        costs several times what the same work costs back to back (docs/POLITENESS.md). Parked,
+        it wakes nothing: the timer lets it go with the URL whose slot it waited for, and the
+        URLs parked meanwhile are handled (checked, given their slots, held) together.
+        No slot goes unused meanwhile: the ones before the furthest are all reserved already."""
+        if self.settings.max_hold_s <= 0 or delivery.memo is not None or not self._slots_held:
+            return None  # (a crawl that never waits pays no decoding here)
+        held_until = self._slots_held.get(_domain_in(delivery.body))
+        if held_until is None:
+            return None
+        wait_s = held_until - time.monotonic()
+        if wait_s <= self.settings.max_inline_wait_s:
+            return None
+        metrics.HOLDS.labels("parked").inc()
+        return Outcome.hold(wait_s, Parked(time.monotonic()))
 
     def _note_slot_held(self, domain: str, wait_s: float) -> None:
         now = time.monotonic()
@@ -642,6 +667,21 @@ class Waiting:
     since: float  # time.monotonic()
     slot: HeldSlot | None = None
     cache_missed: bool = False  # the response cache had nothing for the URL when it first came
+
+
+@dataclass(frozen=True)
+class Parked:
+    """What a parked delivery carries (CrawlHandler.parked): since when; not handled yet."""
+
+    since: float  # time.monotonic()
+
+
+def _domain_in(body: bytes) -> str:
+    """The domain of a task's URL; "" for a body that is no task (the handler says why)."""
+    try:
+        return domain_of(CrawlTask.decode(body).url)
+    except (PermanentError, ValueError):  # not JSON, not a task, no URL one can split
+        return ""
 
 
 def _back_with_its_slot(memo: object) -> TypeGuard[Waiting]:

@@ -25,7 +25,7 @@ from shared.messages import (
 from shared.settings import Settings
 from shared.topology import build_topology
 from tests.fakes import FakeLimiter, FakeRunStates, FakeTime
-from worker.handler import CrawlHandler, Waiting
+from worker.handler import CrawlHandler, Parked, Waiting
 from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
@@ -941,3 +941,57 @@ def test_every_wait_reason_raised_is_listed_for_its_metric_series() -> None:
     source = inspect.getsource(ratelimit)
     assert all(f"'{reason}'" in source for reason in from_scripts)
     assert given and given | from_scripts <= set(handler.WAIT_REASONS)
+
+
+def test_a_url_whose_domain_waits_here_is_parked_until_that_slot_and_counted_when_handled() -> None:
+    # robots.txt, then p1 reserved 4 s ahead; p2, handled after its parking, 4.5 s ahead.
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True), Reservation(4.5, True))
+    rig = make(FakeFetch([]), limiter=limiter)
+    rig.handler.handled = handled = FakeHandled()
+    assert rig.handler.parked(delivery()) is None  # nothing of a.test held here yet
+    assert rig.handler(delivery()).hold_s == 4.0
+    before = time.monotonic()
+    parked = rig.handler.parked(delivery(url="http://a.test/p2"))
+    assert parked is not None and parked.hold_s is not None and isinstance(parked.memo, Parked)
+    assert 3.0 < parked.hold_s <= 4.0  # until the slot held for p1 comes
+    assert before <= parked.memo.since <= time.monotonic()
+    assert len(handled.checked) == 1 and len(limiter.calls) == 2  # parking asks nobody anything
+    # Let go, it is handled as a URL just come: checked and counted, and held for its own slot,
+    # its wait counted from when it was parked.
+    held = rig.handler(dataclasses.replace(delivery(url="http://a.test/p2"), memo=parked.memo))
+    assert held.hold_s == 4.5 and isinstance(held.memo, Waiting) and held.memo.slot is not None
+    assert held.memo.since == parked.memo.since
+    assert handled.counted == [False, False]
+    assert rig.fetch.urls == []
+
+
+@pytest.mark.parametrize(
+    "arriving",
+    [
+        delivery(url="http://b.test/p"),  # another domain
+        dataclasses.replace(delivery(url="http://a.test/p2"), memo=Parked(0.0)),  # let go already
+        delivery(body=b"{not json"),  # the handler dead-letters these, as ever
+        delivery(body=b'{"url": 7}'),
+    ],
+)
+def test_only_a_new_task_of_a_domain_waiting_here_is_parked(arriving: Delivery) -> None:
+    limiter = FakeLimiter(Reservation(0.0, True), Reservation(4.0, True))
+    rig = make(FakeFetch([]), limiter=limiter)
+    assert rig.handler(delivery()).hold_s == 4.0
+    assert rig.handler.parked(arriving) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "slot_in_s", "parks"),
+    [
+        (SETTINGS, SETTINGS.max_inline_wait_s + 1.0, True),
+        (SETTINGS, SETTINGS.max_inline_wait_s - 0.5, False),  # its own slot may come in line
+        (NO_HOLD, 60.0, False),  # nothing is held with holding off
+    ],
+)
+def test_a_url_is_parked_only_behind_a_slot_beyond_the_inline_wait(
+    settings: Settings, slot_in_s: float, parks: bool
+) -> None:
+    rig = make(FakeFetch([]), settings=settings)
+    rig.handler._slots_held["a.test"] = time.monotonic() + slot_in_s  # as _wait_here leaves it
+    assert (rig.handler.parked(delivery(url="http://a.test/p2")) is not None) == parks
