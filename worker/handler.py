@@ -376,12 +376,12 @@ class CrawlHandler:
     def parked(self, delivery: Delivery) -> Outcome | None:
         """On the connection's thread, as a message comes: a hold until its domain's furthest
         slot held in this worker, for a URL that would only reserve a slot after that one and
-        be held; None for any other. A polite crawl's URL came to a handler thread of its own
-        when the thread before it was acked, alone, and each thread that wakes after a pause
-        costs several times what the same work costs back to back (docs/POLITENESS.md). Parked,
-        it wakes nothing: the timer lets it go with the URL whose slot it waited for, and the
-        URLs parked meanwhile are handled (checked, given their slots, held) together.
-        No slot goes unused meanwhile: the ones before the furthest are all reserved already."""
+        be held; None for any other. In a long polite crawl each URL comes alone, as the one
+        before it is acked, and a thread woken from its pause for it costs several times what
+        the same work costs back to back (docs/POLITENESS.md). Parked, it wakes nothing: the
+        timer lets it go with the URL whose slot it waited for, and one thread handles the URLs
+        parked meanwhile (checks them, reserves their slots, holds them) in turn. No slot goes
+        unused meanwhile: the ones up to the furthest are all reserved already."""
         if self.settings.max_hold_s <= 0 or delivery.memo is not None or not self._slots_held:
             return None  # (a crawl that never waits pays no decoding here)
         held_until = self._slots_held.get(_domain_in(delivery.body))

@@ -32,13 +32,7 @@ def test_a_held_message_comes_back_with_its_memo_and_does_not_block_its_thread(s
         return Outcome.done()
 
     # One handler thread: "quick" can only be handled while "held" waits if the thread is free.
-    stop, thread = consume_in_thread(settings, [Subscription(queue)], handler, concurrency=1)
-    try:
-        wait_for(lambda: len(calls) == 3)
-        wait_for(lambda: depth(settings, queue) == 0)
-    finally:
-        stop.set()
-        thread.join(timeout=30)
+    consume_until_settled(settings, queue, handler, lambda: len(calls) == 3)
     assert [(body, memo) for body, memo, _ in calls] == [
         (b"held", None),
         (b"quick", None),
@@ -88,13 +82,7 @@ def test_a_parked_message_reaches_a_handler_only_when_due_with_its_memo(settings
             calls.append((delivery.body, delivery.memo, time.monotonic()))
         return Outcome.done()
 
-    stop, thread = consume_in_thread(settings, [Subscription(queue)], handler, concurrency=1, park=park)
-    try:
-        wait_for(lambda: len(calls) == 3)
-        wait_for(lambda: depth(settings, queue) == 0)
-    finally:
-        stop.set()
-        thread.join(timeout=30)
+    consume_until_settled(settings, queue, handler, lambda: len(calls) == 3, park=park)
     assert sorted((body, memo) for body, memo, _ in calls) == [
         (b"direct", None),
         (b"parked", "parked at 0"),
@@ -132,3 +120,20 @@ def handled_by(handled: list[bytes]) -> Callable[[Delivery], Outcome]:
         return Outcome.done()
 
     return handler
+
+
+def consume_until_settled(
+    settings: Settings,
+    queue: str,
+    handler: Callable[[Delivery], Outcome],
+    done: Callable[[], bool],
+    park: Callable[[Delivery], Outcome | None] | None = None,
+) -> None:
+    """Consume `queue` on one handler thread until `done()` and every message is acked."""
+    stop, thread = consume_in_thread(settings, [Subscription(queue)], handler, concurrency=1, park=park)
+    try:
+        wait_for(done)
+        wait_for(lambda: depth(settings, queue) == 0)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
