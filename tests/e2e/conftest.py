@@ -66,6 +66,13 @@ def wait_until_accounted(
     return accounting
 
 
+def metric_value(port: int, series: str) -> float:
+    """One series' value, e.g. 'crawl_holds_total{reason="parked"}'; 0 when it is not there."""
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(f"{series} ")]
+    return values[0] if values else 0.0
+
+
 def metric_total(port: int, name: str) -> float:
     """Sum of every series of one metric, as Prometheus would scrape it."""
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
