@@ -43,6 +43,9 @@ def producer_env(settings: Settings) -> dict[str, str]:
         "CRAWL_NAMESPACE": settings.crawl_namespace,
         "REDIS_PREFIX": settings.redis_prefix,
         "FETCH_ALLOWLIST": settings.fetch_allowlist,
+        # The same retry queues as the test's settings, which its teardown deletes: the default
+        # ones the producer would declare otherwise were left in the broker.
+        "RETRY_DELAYS_S": ",".join(str(d) for d in settings.retry_delays_s),
         "METRICS_PORT": "0",
     }
 
