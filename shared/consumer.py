@@ -443,15 +443,17 @@ class ConsumerRuntime:
         while True:
             stopping = self.stop_event.is_set()
             due = self._held.take_all() if stopping else self._held.take_due()
-            for item in due:
-                metrics.MESSAGES_HELD.dec()
-                if not item.parked:
-                    self._local.put(item)  # a thread each: each may be a fetch
             # Parked messages are due with the one whose slot they waited for, and their
             # handling is short (a check, a reservation): one thread takes them in turn,
             # instead of a thread woken from its pause for each. A thread of their own, not
             # the send's: that one may wait for a slow site.
-            parked = [item for item in due if item.parked]
+            parked = []
+            for item in due:
+                metrics.MESSAGES_HELD.dec()
+                if item.parked:
+                    parked.append(item)
+                else:
+                    self._local.put(item)  # a thread each: each may be a fetch
             if parked:
                 self._local.put_together(parked)
             if stopping and self._connection is None:

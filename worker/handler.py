@@ -370,8 +370,7 @@ class CrawlHandler:
             return False  # a held URL's send
         if isinstance(memo, Parked):
             return True  # parked behind a slot held here: its own comes after that one
-        held_until = self._slots_held.get(domain_of(url))
-        return held_until is not None and held_until - time.monotonic() > self.settings.max_inline_wait_s
+        return self._wait_behind_slot_held(domain_of(url)) is not None
 
     def parked(self, delivery: Delivery) -> Outcome | None:
         """On the connection's thread, as a message comes: a hold until its domain's furthest
@@ -384,14 +383,20 @@ class CrawlHandler:
         unused meanwhile: the ones up to the furthest are all reserved already."""
         if self.settings.max_hold_s <= 0 or delivery.memo is not None or not self._slots_held:
             return None  # (a crawl that never waits pays no decoding here)
-        held_until = self._slots_held.get(_domain_in(delivery.body))
-        if held_until is None:
-            return None
-        wait_s = held_until - time.monotonic()
-        if wait_s <= self.settings.max_inline_wait_s:
+        wait_s = self._wait_behind_slot_held(_domain_in(delivery.body))
+        if wait_s is None:
             return None
         metrics.HOLDS.labels("parked").inc()
         return Outcome.hold(wait_s, Parked(time.monotonic()))
+
+    def _wait_behind_slot_held(self, domain: str) -> float | None:
+        """How long until the furthest slot this worker holds a URL of `domain` for, when that
+        is beyond the inline wait; else None."""
+        held_until = self._slots_held.get(domain)
+        if held_until is None:
+            return None
+        wait_s = held_until - time.monotonic()
+        return wait_s if wait_s > self.settings.max_inline_wait_s else None
 
     def _note_slot_held(self, domain: str, wait_s: float) -> None:
         now = time.monotonic()
