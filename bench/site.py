@@ -55,6 +55,11 @@ def pages_route(hit: Hit) -> Answer:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5. A crawler that opens more connections at once than
+    # the accepting thread takes (Scrapy's first burst, with this process busy) then overflows
+    # it: the client believes the connection open, the kernel drops its request, and the client
+    # resends it on a backoff of seconds to minutes.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], site: LoggedSite) -> None:
         self.site = site
