@@ -26,6 +26,14 @@ seconds, so its figure is noisy, and pairs in the same minutes are the fairest c
 bound by the domain's concurrency cap (MAX_CONCURRENT_PER_DOMAIN, 8 in flight), the other way
 politeness binds. `--repeat N` runs every crawl N times. Every run uses fresh names and
 removes its queues, keys and schema.
+
+`--with-scrapy` has Scrapy crawl the same pages after each of our crawls (bench/scrapy_run.py: the
+extraction `make bench` gives it, robots.txt obeyed, MAX_CONCURRENT_PER_DOMAIN requests in flight
+at most, DOWNLOAD_DELAY without jitter at the spacing our limiter keeps, 1.05/rate), and prints
+its polite page against its unbound one beside ours. A process that lives for one crawl counts
+whole, start-up included: Scrapy's, as our producer's; the services and our workers, which outlive
+a crawl, count from its start. The services' CPU over Scrapy's crawl counts as it does over ours
+(they serve Scrapy nothing: that is their idle spend).
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ from ops.crawl_workers import worker_launches
 from shared import db
 from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
+from worker.politeness import RATE_HEADROOM
 
 UNBOUND_RPS = 1000.0
 DONE_TIMEOUT_S = 900.0
@@ -78,6 +87,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--idle-window", type=float, default=20.0, help="seconds the idle worker is measured")
     parser.add_argument(
         "--with-unbound", action="store_true", help="after each crawl, the same unbound, and the ratios"
+    )
+    parser.add_argument(
+        "--with-scrapy", action="store_true", help="after each crawl, Scrapy on the same pages and settings"
     )
     parser.add_argument(
         "--latency-ms",
@@ -130,6 +142,7 @@ class Result:
     deliveries: int
     services_by_name: dict[str, float] = field(default_factory=dict)  # the services' CPU-s, split
     redis_reads: int = 0  # read events Redis processed: its clients' round trips, about
+    through_broker: bool = True  # False for Scrapy, which publishes nothing
 
     def cpu_s_parts(self) -> tuple[float, float, float]:
         """CPU-seconds of the crawl: ours, the whole machine's, and the whole machine's net of
@@ -149,9 +162,13 @@ class Result:
         return (
             f"{self.label:<18} {self.wall_s:>7.1f} {self.requests / self.wall_s:>6.2f} "
             f"{self.worst_window:>6} "
-            f"{ours_ms:>9.1f} {machine_ms:>10.1f} {net_ms:>8.1f} {self.publishes / pages:>9.2f} "
-            f"{self.deliveries / pages:>9.2f} {self.deferrals:>7}"
+            f"{ours_ms:>9.1f} {machine_ms:>10.1f} {net_ms:>8.1f} " + self.broker_columns(pages)
         )
+
+    def broker_columns(self, pages: int) -> str:
+        if not self.through_broker:
+            return f"{'-':>9} {'-':>9} {'-':>7}"
+        return f"{self.publishes / pages:>9.2f} {self.deliveries / pages:>9.2f} {self.deferrals:>7}"
 
     def services_row(self, pages: int) -> str:
         """Where the services' share went, in ms a page, idle spend included."""
@@ -318,10 +335,7 @@ def crawl(
             stop(workers)
         hits = site.hits
     cleanup(settings)
-    times = sorted(hit.at for hit in hits)
-    with (log_dir / f"{tag}-site-hits.jsonl").open("w", encoding="utf-8") as out:
-        for hit in hits:
-            out.write(json.dumps({"at": hit.at, "path": hit.path}) + "\n")
+    times = write_hits(log_dir / f"{tag}-site-hits.jsonl", hits)
     return Result(
         label=f"{workers_n} workers, {'unbound' if not rate else f'{rate:g}/s'}",
         wall_s=ended - first,
@@ -335,6 +349,56 @@ def crawl(
         deliveries=int(counters.get("crawl_messages_consumed_total", 0)),
         services_by_name=services_delta_by_name(services_before, services_after),
         redis_reads=reads,
+    )
+
+
+def write_hits(path: Path, hits: list[Hit]) -> list[float]:
+    """Keep the site's log of a crawl; its requests' times, in order."""
+    with path.open("w", encoding="utf-8") as out:
+        for hit in hits:
+            out.write(json.dumps({"at": hit.at, "path": hit.path}) + "\n")
+    return sorted(hit.at for hit in hits)
+
+
+def scrapy_crawl(rate: float, pages: int, log_dir: Path, run: int = 1, latency_s: float = 0.0) -> Result:
+    """The same crawl by Scrapy: one process, the same site, pages, rate and per-domain cap."""
+    idle_rate = services_idle_rate()
+    tag = f"scrapy-{rate:g}rps-{run}"
+    per_domain = Settings.from_env(env_for("benchscrapy", rate or UNBOUND_RPS)).max_concurrent_per_domain
+    with LoggedSite(answered_late(latency_s), ["127.0.0.1"]) as site:
+        urls = log_dir / f"{tag}-urls.txt"
+        urls.write_text("".join(f"{site.url(f'/p/{n}')}\n" for n in range(pages)), encoding="utf-8")
+        services_before, span_started = services_cpu_s(), time.monotonic()
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "bench.scrapy_run", "--urls", str(urls),
+                "--out", str(log_dir / f"{tag}-items.jsonl"), "--per-domain", str(per_domain),
+                "--delay", str(RATE_HEADROOM / rate if rate else 0),
+            ],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        services_after, span_s = services_cpu_s(), time.monotonic() - span_started
+        hits = site.hits
+    (log_dir / f"{tag}.log").write_text(done.stderr + done.stdout, encoding="utf-8")  # stdout: its report
+    if done.returncode != 0:
+        raise SystemExit(f"Scrapy failed: {done.stderr.strip()[-2000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if report["pages"] != pages:
+        raise SystemExit(f"Scrapy stored {report['pages']} of {pages} pages; see {log_dir / tag}.log")
+    times = write_hits(log_dir / f"{tag}-site-hits.jsonl", hits)
+    return Result(
+        label=f"Scrapy, {'unbound' if not rate else f'{rate:g}/s'}",
+        wall_s=times[-1] - times[0],
+        requests=len(times),
+        worst_window=most_in_any_window(times, 1.0),
+        ours_cpu_s=report["cpu_s"],
+        services_cpu_s=services_delta(services_before, services_after),
+        services_idle_cpu_s=idle_rate * span_s,
+        publishes=0,
+        deferrals=0,
+        deliveries=0,
+        services_by_name=services_delta_by_name(services_before, services_after),
+        through_broker=False,
     )
 
 
@@ -360,48 +424,82 @@ def idle_worker_cpu(rate: float, window_s: float, log_dir: Path) -> float:
     return 100 * used / elapsed
 
 
+@dataclass
+class Runs:
+    """Every crawl of a bench run, in the order they ran; a pair is (polite, unbound)."""
+
+    ours: list[Result] = field(default_factory=list)
+    pairs: list[tuple[Result, Result]] = field(default_factory=list)
+    scrapy: list[Result] = field(default_factory=list)
+    scrapy_pairs: list[tuple[Result, Result]] = field(default_factory=list)
+
+
+def run_all(args: argparse.Namespace, log_dir: Path) -> Runs:
+    runs = Runs()
+    latency_s = args.latency_ms / 1000
+    for count in args.worker_counts:
+        for run in range(1, args.repeat + 1):
+            result = crawl(count, args.rate, args.pages, log_dir, run, latency_s)
+            runs.ours.append(result)
+            print(f"{HEADER}\n{result.row(args.pages)}\n{result.services_row(args.pages)}", file=sys.stderr)
+            if args.with_unbound:
+                unbound = crawl(count, 0.0, args.pages, log_dir, run, latency_s)
+                print(f"{unbound.row(args.pages)}\n{unbound.services_row(args.pages)}", file=sys.stderr)
+                runs.pairs.append((result, unbound))
+            if args.with_scrapy:
+                scrapy = scrapy_crawl(args.rate, args.pages, log_dir, run, latency_s)
+                runs.scrapy.append(scrapy)
+                print(scrapy.row(args.pages), file=sys.stderr)
+                if args.with_unbound:
+                    scrapy_unbound = scrapy_crawl(0.0, args.pages, log_dir, run, latency_s)
+                    print(scrapy_unbound.row(args.pages), file=sys.stderr)
+                    runs.scrapy_pairs.append((scrapy, scrapy_unbound))
+    return runs
+
+
+def print_tables(runs: Runs, pages: int) -> None:
+    print(HEADER)
+    for result in runs.ours + [unbound for _, unbound in runs.pairs]:
+        print(result.row(pages))
+    for result in runs.scrapy + [unbound for _, unbound in runs.scrapy_pairs]:
+        print(result.row(pages))
+    if runs.pairs:
+        print(f"\n{'pair':<18} {'ours':>6} {'machine':>8} {'net':>6}   (polite / unbound, CPU a page)")
+        for polite, unbound in runs.pairs + runs.scrapy_pairs:
+            print(f"{polite.label:<18} " + ratio_columns(polite.ratios(unbound)))
+    if runs.scrapy:
+        print(f"\n{'polite crawl':<18} {'ours':>6} {'machine':>8} {'net':>6}   (ours / Scrapy's, CPU a page)")
+        for ours, scrapy in zip(runs.ours, runs.scrapy, strict=True):
+            print(f"{ours.label:<18} " + ratio_columns(ours.ratios(scrapy)))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="politeness-cost-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    results: list[Result] = []
-    pairs: list[tuple[Result, Result]] = []
-    for count in args.worker_counts:
-        for run in range(1, args.repeat + 1):
-            result = crawl(count, args.rate, args.pages, log_dir, run, args.latency_ms / 1000)
-            results.append(result)
-            print(f"{HEADER}\n{result.row(args.pages)}\n{result.services_row(args.pages)}", file=sys.stderr)
-            if args.with_unbound:
-                unbound = crawl(count, 0.0, args.pages, log_dir, run, args.latency_ms / 1000)
-                print(f"{unbound.row(args.pages)}\n{unbound.services_row(args.pages)}", file=sys.stderr)
-                pairs.append((result, unbound))
+    runs = run_all(args, log_dir)
     print(f"\n{args.pages} pages of one host; CPU in ms a page; logs in {log_dir}")
-    print(HEADER)
-    for result in results:
-        print(result.row(args.pages))
-    for _, unbound in pairs:
-        print(unbound.row(args.pages))
-    if pairs:
-        print(f"\n{'pair':<18} {'ours':>6} {'machine':>8} {'net':>6}   (polite / unbound, CPU a page)")
-        for polite, unbound in pairs:
-            print(
-                f"{polite.label:<18} "
-                + " ".join(
-                    f"{ratio:>{width}.2f}x"
-                    for ratio, width in zip(polite.ratios(unbound), (5, 7, 5), strict=True)
-                )
-            )
+    print_tables(runs, args.pages)
     if args.idle_rate > 0:
         idle = idle_worker_cpu(args.idle_rate, args.idle_window, log_dir)
         print(f"\nidle-waiting worker (1 worker, rate {args.idle_rate:g}/s): {idle:.2f} % of a core")
     bound = math.floor(args.rate) if args.rate else None
-    unbound_results = [unbound.__dict__ for _, unbound in pairs]
     print(
         json.dumps(
-            {"bound_per_1s": bound, "results": [r.__dict__ for r in results], "unbound": unbound_results}
+            {
+                "bound_per_1s": bound,
+                "results": [r.__dict__ for r in runs.ours],
+                "unbound": [unbound.__dict__ for _, unbound in runs.pairs],
+                "scrapy": [r.__dict__ for r in runs.scrapy],
+                "scrapy_unbound": [unbound.__dict__ for _, unbound in runs.scrapy_pairs],
+            }
         )
     )
-    return 0 if bound is None or all(r.worst_window <= bound for r in results) else 1
+    return 0 if bound is None or all(r.worst_window <= bound for r in runs.ours) else 1
+
+
+def ratio_columns(ratios: tuple[float, float, float]) -> str:
+    return " ".join(f"{ratio:>{width}.2f}x" for ratio, width in zip(ratios, (5, 7, 5), strict=True))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,13 @@ def test_the_services_share_is_shown_by_service_in_ms_a_page() -> None:
     )
 
 
+def test_a_crawl_that_used_no_broker_shows_no_broker_figures() -> None:
+    scrapy = Result("Scrapy, 2/s", 10.0, 200, 2, 1.0, 0.6, 0.2, 0, 0, 0, through_broker=False)
+    columns = scrapy.row(200).split()
+    assert columns[-3:] == ["-", "-", "-"]
+    assert columns[-6:-3] == ["5.0", "8.0", "7.0"]  # ours, the machine, net of idle: ms a page
+
+
 def test_the_postmaster_is_the_postgres_process_no_other_started_whatever_its_pid() -> None:
     # pids wrapped: two backends have lower pids than their postmaster, 29854 (started by init)
     parents = {29854: 1, 29858: 29854, 412: 29854, 977: 29854}
