@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     process.start()
     finished_at = time.monotonic()
     elapsed = finished_at - started
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    total_cpu_s = usage.ru_utime + usage.ru_stime
+    total_cpu_s = cpu_s()
     with open(args.out) as out:
         pages = sum(1 for _ in out)
     print(
@@ -135,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                 "elapsed_s": elapsed,
                 "finished_at": finished_at,
                 "cpu_s": total_cpu_s,
-                "crawl_cpu_s": total_cpu_s - (cpu_at_engine_start or [0.0])[0],
-                "peak_rss_mb": usage.ru_maxrss / 1024,
+                # None if the engine never started (the crawl failed before it could)
+                "crawl_cpu_s": total_cpu_s - cpu_at_engine_start[0] if cpu_at_engine_start else None,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
         )
     )
