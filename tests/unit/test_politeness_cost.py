@@ -33,9 +33,24 @@ def test_arguments_that_cannot_make_a_comparison_are_refused(argv: list[str]) ->
 
 
 def test_the_services_share_is_shown_by_service_in_ms_a_page() -> None:
-    run = Result("run", 10.0, 200, 2, 1.0, 0.6, 0.2, 200, 0, 200, {"beam.smp": 0.4, "postgres": 0.2}, 900)
+    run = Result(
+        "run",
+        10.0,
+        200,
+        2,
+        1.0,
+        0.6,
+        0.2,
+        200,
+        0,
+        200,
+        {"beam.smp": 0.4, "postgres": 0.2},
+        900,
+        polling_cpu_s=0.05,
+    )
     assert run.services_row(200).split("services ms/page: ")[1] == (
-        "RabbitMQ 2.00, PostgreSQL 1.00; idle share 1.00; Redis round trips/page 4.5"
+        "RabbitMQ 2.00, PostgreSQL 1.00; idle share 1.00; Redis round trips/page 4.5; "
+        "the bench's polling of PostgreSQL (left out) 0.25"
     )
 
 
