@@ -15,7 +15,16 @@ import requests
 from demo_site.config import SiteConfig
 from demo_site.server import DemoSite
 from ops.accounting import Accounting, account
+from shared import db
 from shared.settings import Settings
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The unique settings, with their schema already made: a test counts outcomes from the
+    moment its services start, which may be before any worker has made the tables."""
+    db.ensure_schema(settings)
+    return settings
 
 
 @pytest.fixture

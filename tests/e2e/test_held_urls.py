@@ -15,7 +15,7 @@ import pytest
 
 from bench.site import LoggedSite, most_in_any_window, pages_route
 from ops.accounting import account
-from shared import broker, db
+from shared import broker
 from shared.settings import Settings
 from shared.topology import work_queue
 from tests.e2e.conftest import metric_total, metric_value, service_env
@@ -104,7 +104,6 @@ def test_a_worker_killed_while_holding_urls_gives_every_one_back(
     env = service_env(
         settings, RATE_LIMIT_RPS="0.2", MAX_INLINE_WAIT_S="0.2", FETCH_CONCURRENCY="2", LOG_LEVEL="WARNING"
     )
-    db.ensure_schema(settings)
     worker = start_worker({**env, "METRICS_PORT": str(port)}, tmp_path / "worker.log")
     queue = work_queue(settings.crawl_namespace, "bulk")
     try:

@@ -233,7 +233,6 @@ def test_hostile_messages_each_end_in_one_place_and_normal_urls_are_stored(
     connection = broker.connect(settings, "hostile-setup")
     broker.declare_topology(connection, build_topology(settings))
     connection.close()
-    db.ensure_schema(settings)
     procs = Processes(tmp_path, service_env(settings, FETCH_CONCURRENCY="4"))
     counter = itertools.count(1)
     batch_maker = Batch(site, counter)

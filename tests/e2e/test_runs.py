@@ -19,7 +19,7 @@ import requests
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes, run_crawl
-from shared import broker, db
+from shared import broker
 from shared.runstate import held_exchange, held_queue
 from shared.settings import Settings
 from shared.topology import build_topology
@@ -184,7 +184,6 @@ def test_an_interrupted_crawl_is_finished_by_a_crawl_with_the_same_run_id(
     settings: Settings, demo_site: DemoSite, tmp_path: Path
 ) -> None:
     # The first try: everything published, a slow worker stopped after a few pages.
-    db.ensure_schema(settings)
     total = produce(settings, demo_site, "e2e-resume")
     procs = Processes(tmp_path, service_env(settings, RATE_LIMIT_RPS="1"))
     procs.start("worker", "worker")
@@ -230,7 +229,6 @@ def test_a_worker_killed_during_a_crawl_is_started_again_and_the_crawl_completes
     settings: Settings, demo_site: DemoSite, tmp_path: Path
 ) -> None:
     """A pool of one runs its worker in its own process: killed, the crawl starts it again."""
-    db.ensure_schema(settings)
     thread, result, out = crawl_in_background(
         settings, demo_site, "e2e-restart", tmp_path, workers=1, RATE_LIMIT_RPS="3"
     )
@@ -252,7 +250,6 @@ def test_a_pool_worker_killed_during_a_crawl_is_forked_again_by_its_pool(
     settings: Settings, demo_site: DemoSite, tmp_path: Path
 ) -> None:
     """The default layout: the pool replaces its worker, and the crawl sees no death at all."""
-    db.ensure_schema(settings)
     thread, result, out = crawl_in_background(
         settings, demo_site, "e2e-pool-restart", tmp_path, workers=2, RATE_LIMIT_RPS="3"
     )
@@ -282,7 +279,6 @@ def test_ctrl_c_or_sigterm_stops_a_crawl_and_prints_what_it_did_so_far(
     settings: Settings, demo_site: DemoSite, tmp_path: Path, stop: str
 ) -> None:
     run_id = f"e2e-{stop}"
-    db.ensure_schema(settings)
     crawl = subprocess.Popen(
         [
             sys.executable,
