@@ -18,7 +18,10 @@ messages that come due together go to one handler thread, which takes them in tu
 A handler whose last step finishes on another thread (the worker's batched database commit)
 returns `Outcome.after(settled)`: its thread goes on to the next message at once, and the
 outcome is handed back when `settled` resolves. Until then the message stays unacked, and
-counts against the prefetch like any other.
+counts against the prefetch like any other. `when_quiet` is called on the handler thread that
+finds the service with nothing else in hand (no message waiting or held, no other thread
+handling one): what waits on another thread then waits for nothing (the worker commits its
+batch at once).
 
 Deliveries carry the generation of the connection they came on. After a reconnect the broker
 has already requeued everything unacked, so outcomes from an older generation are dropped.
@@ -174,6 +177,7 @@ class ConsumerRuntime:
         when_idle: Callable[[], None] | None = None,
         private_api: bool = True,
         park: Callable[[Delivery], Outcome | None] | None = None,
+        when_quiet: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.name = name
@@ -187,6 +191,7 @@ class ConsumerRuntime:
         # the handler's chance to send what it held back for its next message (the worker's
         # deferred Redis writes).
         self.when_idle = when_idle
+        self.when_quiet = when_quiet
         self.concurrency = concurrency
         self.stop_event = stop_event or StopEvent()
         self.stop_event.when_set(self._wake_connection)
@@ -211,6 +216,8 @@ class ConsumerRuntime:
         self._settled: collections.deque[tuple[int, int, Outcome]] = collections.deque()
         self._settled_lock = threading.Lock()
         self._held: HeldMessages[_Item] = HeldMessages(time.monotonic)
+        self._handling_now = 0  # handler threads between taking a message and handing it on
+        self._handling_lock = threading.Lock()
 
     # ---- the connection's thread ------------------------------------------------------------
 
@@ -426,16 +433,23 @@ class ConsumerRuntime:
                 if self.stop_event.is_set() and self._connection is None:
                     return
                 continue
-            if self.stop_event.is_set():
-                outcome = Outcome.reject(requeue=True)  # never started: give it back
-            else:
-                outcome = self._handle(item.delivery)
-            if outcome.hold_s is not None:
-                self._hold(item, outcome)
-            elif outcome.later is not None:
-                outcome.later.add_done_callback(functools.partial(self._hand_back_settled, item))
-            else:
-                self._hand_back(item, outcome)
+            with self._handling_lock:
+                self._handling_now += 1
+            try:
+                self._work_on(item)
+            finally:
+                with self._handling_lock:
+                    self._handling_now -= 1
+
+    def _work_on(self, item: _Item) -> None:
+        # A message taken as the stop came was never started: give it back.
+        outcome = Outcome.reject(requeue=True) if self.stop_event.is_set() else self._handle(item.delivery)
+        if outcome.hold_s is not None:
+            self._hold(item, outcome)
+        elif outcome.later is not None:
+            outcome.later.add_done_callback(functools.partial(self._hand_back_settled, item))
+        else:
+            self._hand_back(item, outcome)
 
     def _release_held(self) -> None:
         """The timer thread: each held message back to the handler threads when due, and all of
@@ -461,12 +475,23 @@ class ConsumerRuntime:
             self._held.wait_for_next()  # until the next is due; a stop wakes it
 
     def _idle(self) -> None:
-        if self.when_idle is None:
-            return
-        try:
-            self.when_idle()
-        except Exception as exc:  # what it sends is best-effort by contract; the thread goes on
-            log.warning("%s could not finish its idle work: %s", self.name, _one_line(exc))
+        for hook in (self.when_idle, self.when_quiet if self._quiet() else None):
+            if hook is None:
+                continue
+            try:
+                hook()
+            except Exception as exc:  # what it sends is best-effort by contract; the thread goes on
+                log.warning("%s could not finish its idle work: %s", self.name, _one_line(exc))
+
+    def _quiet(self) -> bool:
+        """Nothing in hand but what waits on other threads. A message taken from the local
+        buffer an instant before its thread counts itself makes this true too early, which
+        costs no more than a batch committed a little sooner."""
+        if self.when_quiet is None:
+            return False
+        with self._handling_lock:
+            handling = self._handling_now
+        return handling == 0 and self._local.empty() and len(self._held) == 0
 
     def _handle(self, delivery: Delivery) -> Outcome:
         try:
@@ -535,11 +560,21 @@ def run_consumers(
     when_idle: Callable[[], None] | None = None,
     private_api: bool = True,
     park: Callable[[Delivery], Outcome | None] | None = None,
+    when_quiet: Callable[[], None] | None = None,
 ) -> int:
     """Consume until SIGTERM/SIGINT (or `stop_event`), then stop cleanly; return the exit code.
     `private_api=False` acks through pika's public API only (shared/pika_compat.py)."""
     runtime = ConsumerRuntime(
-        settings, name, subscriptions, handler, concurrency, stop_event, when_idle, private_api, park
+        settings,
+        name,
+        subscriptions,
+        handler,
+        concurrency,
+        stop_event,
+        when_idle,
+        private_api,
+        park,
+        when_quiet,
     )
     if threading.current_thread() is threading.main_thread():
 

@@ -100,6 +100,9 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 # message is waiting for it (worker/deferred_writes.py).
                 when_idle=lambda: flush(client),
                 park=handler.parked,
+                # A worker with nothing else in hand commits its rows at once: no more are
+                # coming to share the transaction (the end of a crawl, a trickle of URLs).
+                when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
             )
     finally:
         if isinstance(handler.store, ResultStore):

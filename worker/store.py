@@ -42,10 +42,14 @@ BATCH_ROWS = 200
 # How long the first row of a batch waits for more before the writer commits what it has. A
 # batch is full at a worker's fetches in flight (wiring.py), so a busy worker commits long before
 # this; it matters when pages trickle in, as in a polite crawl, where each commit of a row or two
-# is mostly fixed cost. At 4 pages/s over 3 workers, 1 s instead of 20 ms cost the workers 2 ms
-# (15%) less CPU a page and PostgreSQL 0.5 ms (35%) less. The price is an ack up to a second
-# later; a caller that waits for its row (save_page, save_skip) does not wait for the batch.
-BATCH_WAIT_S = 1.0
+# is mostly fixed cost, paid by a writer, a broker thread (the acks) and a marks thread each
+# woken from a pause. At 4 pages/s over 3 workers, 1 s instead of 20 ms cost the workers 2 ms
+# (15%) less CPU a page and PostgreSQL 0.5 ms (35%) less; at 2 pages/s over 3 workers, 5 s
+# instead of 1 s cost them 13-30% less again (docs/POLITENESS.md). The price is an ack, and a
+# page's row in the database, up to that much later; a worker with nothing else in hand
+# commits at once (`commit_soon`), so the end of a crawl does not wait, and a caller that waits
+# for its row (save_page, save_skip) does not wait for the batch.
+BATCH_WAIT_S = 5.0
 PATIENCE_S = 120.0  # how long a batch waits for an unreachable PostgreSQL before it fails
 
 UPSERT_PAGE = """
@@ -217,6 +221,12 @@ class ResultStore:
         params = {k: _clean(v) for k, v in row.__dict__.items()}
         self._submit(_Pending([(UPSERT_SKIP, params)], waiter, waited_for=True))
         self._wait(waiter)
+
+    def commit_soon(self) -> None:
+        """Commit the rows waiting now rather than wait out the batch window: the worker has
+        nothing else in hand, so no row is on its way to share their transaction."""
+        if self._pending:
+            self._batch_full.set()
 
     def close(self) -> None:
         """Stop the writer once it has written what it holds; call after the handlers stopped."""

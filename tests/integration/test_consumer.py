@@ -53,12 +53,19 @@ def consume_in_thread(
     when_idle: Callable[[], None] | None = None,
     private_api: bool = True,
     park: Callable[[Delivery], Outcome | None] | None = None,
+    when_quiet: Callable[[], None] | None = None,
 ) -> tuple[StopEvent, threading.Thread]:
     stop = StopEvent()
     thread = threading.Thread(
         target=run_consumers,
         args=(settings, "test-consumer", subscriptions, handler, concurrency),
-        kwargs={"stop_event": stop, "when_idle": when_idle, "private_api": private_api, "park": park},
+        kwargs={
+            "stop_event": stop,
+            "when_idle": when_idle,
+            "private_api": private_api,
+            "park": park,
+            "when_quiet": when_quiet,
+        },
         daemon=True,
     )
     thread.start()
@@ -183,6 +190,65 @@ def test_a_handler_thread_out_of_messages_runs_the_idle_hook_first(settings: Set
     before_four = [what for what, _ in events][: [what for what, _ in events].index("four")]
     assert before_four[-1] == "idle"
     assert depth(settings, work_queue(ns, "bulk")) == 0
+
+
+def test_the_quiet_hook_runs_only_with_nothing_else_in_hand(settings: Settings) -> None:
+    # "slow" keeps one thread handling; "later" leaves its outcome pending on another thread (as
+    # a row waits for the worker's commit), which is not in hand; "held" waits in the timer heap.
+    ns = settings.crawl_namespace
+    queue = work_queue(ns, "bulk")
+    events: list[str] = []
+    lock = threading.Lock()
+    release_slow = threading.Event()
+    pending: list[concurrent.futures.Future[Outcome]] = []
+
+    def record(what: str) -> None:
+        with lock:
+            events.append(what)
+
+    def handler(delivery: Delivery) -> Outcome:
+        record(delivery.body.decode())
+        if delivery.body == b"slow":
+            release_slow.wait(20)
+            record("slow-done")
+        if delivery.body == b"later":
+            pending.append(concurrent.futures.Future())
+            return Outcome.after(pending[-1])
+        if delivery.body == b"held":
+            return Outcome.hold(3600)
+        return Outcome.done()
+
+    def after(mark: str) -> list[str]:
+        with lock:
+            return events[events.index(mark) + 1 :] if mark in events else []
+
+    stop, thread = consume_in_thread(
+        settings,
+        [Subscription(queue)],
+        handler,
+        concurrency=2,
+        when_idle=lambda: record("idle"),
+        when_quiet=lambda: record("quiet"),
+    )
+    try:
+        publish_tasks(settings, "bulk", [b"slow"])
+        wait_for(lambda: "slow" in events)
+        publish_tasks(settings, "bulk", [b"later"])
+        wait_for(lambda: "idle" in after("later"))  # the other thread is done with it and idle
+        assert "quiet" not in after("slow")  # "slow" is still in hand
+        release_slow.set()
+        wait_for(lambda: "quiet" in after("slow-done"))  # the last thread out found nothing else
+        publish_tasks(settings, "bulk", [b"held"])
+        wait_for(lambda: "idle" in after("held"))
+        time.sleep(0.5)
+        assert "quiet" not in after("held")  # it waits in this service's timer heap
+    finally:
+        release_slow.set()
+        for settled in pending:  # settled, so the stop need not wait for it
+            settled.set_result(Outcome.done())
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
 
 
 def test_an_outcome_settled_later_acks_requeues_or_dead_letters_when_it_resolves(settings: Settings) -> None:

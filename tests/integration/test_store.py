@@ -147,6 +147,30 @@ def test_a_caller_waiting_for_its_row_does_not_wait_out_the_window(settings: Set
     store.close()
 
 
+@pytest.mark.timeout(30)
+def test_rows_are_committed_at_once_when_the_worker_has_nothing_else_in_hand(settings: Settings) -> None:
+    db.ensure_schema(settings)
+    store = ResultStore(settings, batch_rows=100, batch_wait_s=3600)
+    store.commit_soon()  # nothing waiting: nothing to commit, and the writer stays asleep
+    committed: list[BaseException | None] = []
+    done = threading.Event()
+
+    def settled(error: BaseException | None) -> None:
+        committed.append(error)
+        if len(committed) == 2:
+            done.set()
+
+    store.save_page_later(page("http://a.test/1", "t"), settled)
+    store.save_page_later(page("http://a.test/2", "t"), settled)
+    assert not done.wait(0.5)  # the window is an hour: they wait for more rows
+    assert count(settings, "SELECT count(*) FROM pages") == 0
+    store.commit_soon()
+    assert done.wait(10)
+    assert committed == [None, None]
+    assert count(settings, "SELECT count(*) FROM pages") == 2
+    store.close()
+
+
 def test_nul_characters_from_hostile_pages_are_dropped(settings: Settings, store: ResultStore) -> None:
     store.save_page(dataclasses.replace(page("http://a.test/nul", "a\x00b"), links=["http://a.test/\x00"]))
     with db.connect(settings, autocommit=True) as conn:
