@@ -398,6 +398,9 @@ class ConsumerRuntime:
         for consumer_tag in list(self._channel.consumer_tags):
             self._channel.basic_cancel(consumer_tag)
         self._held.wake()  # held messages go back now, not when due
+        # With nothing else in hand, what waits on other threads (rows for a commit) need not
+        # wait for more; otherwise the last handler thread to finish calls it.
+        self._call_if_quiet()
         deadline = time.monotonic() + min(self.settings.fetch_deadline_s + 5, MAX_DRAIN_S)
         while self._unsettled and (left_s := deadline - time.monotonic()) > 0:
             self._connection.process_data_events(time_limit=min(POLL_S, left_s))
@@ -475,13 +478,20 @@ class ConsumerRuntime:
             self._held.wait_for_next()  # until the next is due; a stop wakes it
 
     def _idle(self) -> None:
-        for hook in (self.when_idle, self.when_quiet if self._quiet() else None):
-            if hook is None:
-                continue
-            try:
-                hook()
-            except Exception as exc:  # what it sends is best-effort by contract; the thread goes on
-                log.warning("%s could not finish its idle work: %s", self.name, _one_line(exc))
+        self._call_hook(self.when_idle)
+        self._call_if_quiet()
+
+    def _call_if_quiet(self) -> None:
+        if self._quiet():
+            self._call_hook(self.when_quiet)
+
+    def _call_hook(self, hook: Callable[[], None] | None) -> None:
+        if hook is None:
+            return
+        try:
+            hook()
+        except Exception as exc:  # what it sends is best-effort by contract; the thread goes on
+            log.warning("%s could not finish its idle work: %s", self.name, _one_line(exc))
 
     def _quiet(self) -> bool:
         """Nothing in hand but what waits on other threads. A message taken from the local

@@ -251,6 +251,42 @@ def test_the_quiet_hook_runs_only_with_nothing_else_in_hand(settings: Settings) 
     assert not thread.is_alive()
 
 
+def test_a_stopping_service_with_nothing_else_in_hand_runs_the_quiet_hook(settings: Settings) -> None:
+    # The hook settles what waits (as the worker's writer commits its rows), but only once the
+    # stop has come: the stop itself must call it, or the message waits out the drain and goes
+    # back to its queue.
+    ns = settings.crawl_namespace
+    queue = work_queue(ns, "bulk")
+    publish_tasks(settings, "bulk", [b"later"])
+    settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+    handled = threading.Event()
+    stop = StopEvent()
+
+    def handler(delivery: Delivery) -> Outcome:
+        handled.set()
+        return Outcome.after(settled)
+
+    def when_quiet() -> None:
+        if stop.is_set() and not settled.done():
+            settled.set_result(Outcome.done())
+
+    thread = threading.Thread(
+        target=run_consumers,
+        args=(settings, "test-consumer", [Subscription(queue)], handler, 2),
+        kwargs={"stop_event": stop, "when_quiet": when_quiet},
+        daemon=True,
+    )
+    thread.start()
+    assert handled.wait(20)
+    time.sleep(0.2)  # the handler thread is idle again: it found the service quiet before the stop
+    assert not settled.done()
+    stop.set()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert settled.done()
+    assert depth(settings, queue) == 0  # acked in the drain, not given back
+
+
 def test_an_outcome_settled_later_acks_requeues_or_dead_letters_when_it_resolves(settings: Settings) -> None:
     # Two handler threads take all three messages and leave their outcomes pending (the
     # prefetch, twice the threads, bounds what is in hand); the test resolves the outcomes from
