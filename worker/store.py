@@ -45,10 +45,10 @@ BATCH_ROWS = 200
 # is mostly fixed cost, paid by a writer, a broker thread (the acks) and a marks thread each
 # woken from a pause. At 4 pages/s over 3 workers, 1 s instead of 20 ms cost the workers 2 ms
 # (15%) less CPU a page and PostgreSQL 0.5 ms (35%) less; at 2 pages/s over 3 workers, 5 s
-# instead of 1 s cost them 13-30% less again (docs/POLITENESS.md). The price is an ack, and a
-# page's row in the database, up to that much later; a worker with nothing else in hand
-# commits at once (`commit_soon`), so the end of a crawl does not wait, and a caller that waits
-# for its row (save_page, save_skip) does not wait for the batch.
+# instead of 1 s cost them 4-30% less again, in five pairs (docs/POLITENESS.md). The price is an
+# ack, and a page's row in the database, up to that much later; a worker with nothing else in
+# hand commits at once (`commit_soon`), so the end of a crawl does not wait, and a caller that
+# waits for its row (save_page, save_skip) does not wait for the batch.
 BATCH_WAIT_S = 5.0
 PATIENCE_S = 120.0  # how long a batch waits for an unreachable PostgreSQL before it fails
 
