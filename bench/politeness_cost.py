@@ -17,7 +17,8 @@ page is stored, then prints per run:
       workers counted (their metrics), so 1.0 is each URL published once and never deferred;
       deliveries a page: messages the workers took from the broker, redeliveries included;
     one idle-waiting worker's CPU: a worker whose every prefetched URL waits for a slot
-      (--idle-rate), over --idle-window seconds.
+      (--idle-rate), over --idle-window seconds;
+    whether RabbitMQ's management plugin answers: its statistics add to the machine's figure.
 
 Run with `--rate 0` for the unbound crawl to compare with (RATE_LIMIT_RPS=1000), or with
 `--with-unbound` to crawl the same pages unbound right after each polite crawl, with as many
@@ -64,6 +65,7 @@ from bench.measure import (
 )
 from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
 from bench.site import Answer, Hit, LoggedSite, Route, most_in_any_window, pages_route
+from ops import management
 from ops.crawl_workers import worker_launches
 from shared import db
 from shared.redis_client import OPERATOR, connect_redis
@@ -487,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = run_all(args, log_dir)
     print(f"\n{args.pages} pages of one host; CPU in ms a page; logs in {log_dir}")
+    print(f"RabbitMQ's management plugin: {management_plugin_state()}")
     print_tables(runs, args.pages)
     if args.idle_rate > 0:
         idle = idle_worker_cpu(args.idle_rate, args.idle_window, log_dir)
@@ -504,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     return 0 if bound is None or all(r.worst_window <= bound for r in runs.ours) else 1
+
+
+def management_plugin_state() -> str:
+    """On or off: with it on, RabbitMQ's statistics of a crawl's queues and channels cost about
+    0.8 ms a page of a 2-page/s crawl (docs/POLITENESS.md), so runs compare only like with like."""
+    return "on" if management.answers(Settings.from_env()) else "off"
 
 
 def ratio_columns(ratios: tuple[float, float, float]) -> str:
