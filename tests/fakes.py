@@ -63,7 +63,7 @@ class FakeLimiter:
         self.held_clears: list[int] = []  # the cap each clear_held call was given
         self.held_ahead: list[float] = []  # how far ahead each clear_held call may clear
         self.released: list[str] = []
-        self.answers_noted: list[float] = []  # the spacing of each note_answer
+        self.spaced_from_now: list[float] = []  # the spacing of each space_from_now
         self.pauses: list[float] = []
         self.slowed: list[float] = []  # the rate each slow_down was given
         self.sped_up = 0
@@ -110,8 +110,8 @@ class FakeLimiter:
         cleared, wait_s, reason = self.clear_to_send(domain, spacing_s)
         return cleared, wait_s, reason, "held-lease" if cleared and max_concurrent else ""
 
-    def note_answer(self, domain: str, spacing_s: float) -> None:
-        self.answers_noted.append(spacing_s)
+    def space_from_now(self, domain: str, spacing_s: float) -> None:
+        self.spaced_from_now.append(spacing_s)
 
     def pause(self, domain: str, seconds: float) -> None:
         self.pauses.append(seconds)

@@ -179,9 +179,9 @@ return {1, math.ceil(wait), 'ok'}
 """
 )
 
-# KEYS 1 latest send (µs)   ARGV 1 least spacing µs. An answer to a request: the latest send
-# moves up to now, if it is earlier, so the next request is spaced from the answer.
-_NOTE_ANSWER_LUA = """
+# KEYS 1 latest send (µs)   ARGV 1 least spacing µs. The latest send moves up to now, if it is
+# earlier, so the next request is spaced from now: from an answer, or from a send that left late.
+_SPACE_FROM_NOW_LUA = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 if tonumber(redis.call('GET', KEYS[1]) or '0') < now then
@@ -243,7 +243,7 @@ class RateLimiter:
         self._reserve = redis_client.register_script(_RESERVE_LUA)
         self._clear_to_send = redis_client.register_script(_CLEAR_TO_SEND_LUA)
         self._clear_held = redis_client.register_script(_CLEAR_HELD_LUA)
-        self._note_answer = redis_client.register_script(_NOTE_ANSWER_LUA)
+        self._space_from_now = redis_client.register_script(_SPACE_FROM_NOW_LUA)
         self._pause = redis_client.register_script(_PAUSE_LUA)
         self._slow_down = redis_client.register_script(_SLOW_DOWN_LUA)
         self._speed_up = redis_client.register_script(_SPEED_UP_LUA)
@@ -351,11 +351,12 @@ class RateLimiter:
             cleared, wait_us, reason = self._clear_held(keys=keys, args=args)
         return bool(cleared), int(wait_us) / 1_000_000, _text(reason), lease if cleared else ""
 
-    def note_answer(self, domain: str, spacing_s: float) -> None:
-        """Space the domain's next request `spacing_s` from now, the answer to its latest one,
-        rather than from when that one was cleared (see DomainGate.call, `spaced_from_answer`)."""
+    def space_from_now(self, domain: str, spacing_s: float) -> None:
+        """Space the domain's next request `spacing_s` from now rather than from when the
+        latest one was cleared: now is its answer (DomainGate.call, `spaced_from_answer`), or
+        it is leaving late (DomainGate._note_if_late)."""
         with translate_redis_errors(self._client):
-            self._note_answer(keys=[self._keys.sent(domain.lower())], args=[round(spacing_s * 1_000_000)])
+            self._space_from_now(keys=[self._keys.sent(domain.lower())], args=[round(spacing_s * 1_000_000)])
 
     def release(self, domain: str, lease: str) -> None:
         """Give a concurrency lease back before it expires.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ from shared.keys import Keys
 from shared.redis_client import OPERATOR, WORKER, connect_redis
 from shared.settings import Settings
 from worker.deferred_writes import DeferringRedis
+from worker.politeness import RATE_HEADROOM, DomainGate, HeldSlot, PolitenessConfig
 from worker.ratelimit import RateLimiter, Reservation
 
 pytestmark = pytest.mark.integration
@@ -146,15 +148,41 @@ def test_an_answer_noted_spaces_the_next_request_from_it_never_from_earlier(
     assert limiter.clear_to_send("answered.example", 0.5)[0]
     cleared_at = int(client.get(sent_key))  # type: ignore[arg-type]
     time.sleep(0.2)  # the request takes this long to be answered
-    limiter.note_answer("answered.example", 0.5)
+    limiter.space_from_now("answered.example", 0.5)
     answered_at = int(client.get(sent_key))  # type: ignore[arg-type]
     assert answered_at - cleared_at >= 200_000
     cleared, wait_s, reason = limiter.clear_to_send("answered.example", 0.5)
     assert (cleared, reason) == (False, "spacing") and wait_s > 0.45
     # A send recorded ahead of now (clear_held) is not moved back by an earlier answer.
     client.set(sent_key, str(answered_at + 10_000_000))
-    limiter.note_answer("answered.example", 0.5)
+    limiter.space_from_now("answered.example", 0.5)
     assert int(client.get(sent_key)) == answered_at + 10_000_000  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(30)
+def test_a_held_send_that_wakes_late_keeps_the_next_workers_request_an_interval_behind_it(
+    limiter: RateLimiter, settings: Settings
+) -> None:
+    """Two workers' gates on one domain at 2/s. The first is cleared a little ahead of its slot
+    and wakes 150 ms late; the second worker's next request must still reach the site a whole
+    spacing after the late one, not a spacing after its slot."""
+    polite = dataclasses.replace(settings, rate_limit_rps=2.0, max_inline_wait_s=2.0)
+    config = PolitenessConfig.from_settings(polite)
+    on_time = DomainGate(limiter, config, polite)
+    late = DomainGate(limiter, config, polite, sleep=lambda seconds: time.sleep(seconds + 0.15))
+    spacing_s = RATE_HEADROOM / 2.0
+    sent: list[float] = []
+
+    def send() -> None:
+        sent.append(time.monotonic())
+
+    on_time.call("late.example", send)
+    time.sleep(spacing_s - 0.05)  # the held URL comes back just inside the spacing: cleared ahead
+    late.call("late.example", send, slot=HeldSlot("late.example", time.monotonic()))
+    on_time.call("late.example", send)
+    first, late_one, next_one = sent
+    assert late_one - first >= spacing_s + 0.1  # it did go late
+    assert next_one - late_one >= spacing_s - 0.01  # Redis's clock and ours: a little slack
 
 
 def test_a_burst_slot_is_not_cleared_before_the_spacing_since_the_last_send(limiter: RateLimiter) -> None:

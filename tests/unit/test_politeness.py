@@ -115,9 +115,9 @@ def test_a_request_spaced_from_its_answer_moves_the_latest_send_once_answered() 
     limiter = FakeLimiter(Reservation(0.0, True, cleared=True))
     gate, _ = gate_with(limiter)
     assert gate.call("a.example", lambda: "robots", spaced_from_answer=True) == "robots"
-    assert limiter.answers_noted == [pytest.approx(RATE_HEADROOM / SETTINGS.rate_limit_rps)]
+    assert limiter.spaced_from_now == [pytest.approx(RATE_HEADROOM / SETTINGS.rate_limit_rps)]
     assert gate.call("a.example", lambda: "page") == "page"
-    assert len(limiter.answers_noted) == 1  # pages are spaced from their clearance
+    assert len(limiter.spaced_from_now) == 1  # pages are spaced from their clearance
 
 
 def test_a_granted_slot_is_waited_for_then_sent_then_released() -> None:
@@ -397,6 +397,80 @@ def test_a_held_slot_cleared_ahead_sleeps_the_rest_of_the_spacing_and_sends_with
     assert gate.call("a.example", send, slot=HeldSlot("a.example", 0.0)) == "sent"
     assert fake.slept == [0.02] and sent_at == [pytest.approx(0.02)]
     assert len(limiter.held_clears) == 1 and limiter.held_ahead == [CLEAR_AHEAD_S]
+
+
+def oversleeping_gate(limiter: FakeLimiter, over_s: float) -> tuple[DomainGate, FakeTime]:
+    """A gate whose every sleep lasts `over_s` longer than asked: a thread waking late."""
+    fake = FakeTime()
+
+    def sleep(seconds: float) -> None:
+        fake.sleep(seconds + over_s)
+
+    return DomainGate(limiter, PolitenessConfig.from_settings(SETTINGS), SETTINGS, sleep, fake.clock), fake
+
+
+SPACING_S = RATE_HEADROOM / SETTINGS.rate_limit_rps
+
+
+def test_a_send_cleared_ahead_that_wakes_late_spaces_the_next_request_from_its_real_time() -> None:
+    limiter = FakeLimiter(Reservation(0.0, False), clearances=[(True, 0.02, "ok")])
+    gate, _ = oversleeping_gate(limiter, 0.1)
+    assert gate.call("a.example", lambda: "sent", slot=HeldSlot("a.example", 0.0)) == "sent"
+    assert limiter.spaced_from_now == [pytest.approx(SPACING_S)]
+
+
+def test_a_send_late_by_less_than_the_headroom_covers_costs_no_round_trip() -> None:
+    limiter = FakeLimiter(Reservation(0.0, False), clearances=[(True, 0.02, "ok")])
+    gate, _ = oversleeping_gate(limiter, 0.015)  # the headroom covers 25 ms at 2/s
+    assert gate.call("a.example", lambda: "sent", slot=HeldSlot("a.example", 0.0)) == "sent"
+    assert limiter.spaced_from_now == []
+
+
+class LateReplies(FakeLimiter):
+    """Each reservation's answer reaches the thread `late_s` after the limiter recorded it."""
+
+    def __init__(self, fake: FakeTime, late_s: float, *answers: Reservation) -> None:
+        super().__init__(*answers)
+        self.fake, self.late_s = fake, late_s
+
+    def reserve(
+        self,
+        domain: str,
+        rate_per_s: float,
+        burst: int = 1,
+        *,
+        max_wait_s: float,
+        max_concurrent: int = 0,
+        lease_s: float = 0.0,
+        lease_within_s: float | None = None,
+    ) -> Reservation:
+        answer = super().reserve(
+            domain,
+            rate_per_s,
+            burst,
+            max_wait_s=max_wait_s,
+            max_concurrent=max_concurrent,
+            lease_s=lease_s,
+            lease_within_s=lease_within_s,
+        )
+        self.fake.now += self.late_s
+        return answer
+
+
+def test_a_send_whose_clearance_was_read_late_spaces_the_next_request_from_its_real_time() -> None:
+    fake = FakeTime()
+    limiter = LateReplies(fake, 0.1, Reservation(0.0, True, lease="L", cleared=True))
+    gate = DomainGate(limiter, PolitenessConfig.from_settings(SETTINGS), SETTINGS, fake.sleep, fake.clock)
+    assert gate.call("a.example", lambda: "sent") == "sent"
+    assert limiter.spaced_from_now == [pytest.approx(SPACING_S)]
+
+
+def test_a_send_cleared_after_its_wait_is_timed_from_that_clearance_not_from_its_reservation() -> None:
+    limiter = FakeLimiter(Reservation(0.4, True, lease="L"))
+    gate, fake = oversleeping_gate(limiter, 0.1)  # it woke 100 ms after its slot...
+    assert gate.call("a.example", lambda: "sent") == "sent"
+    assert fake.slept == [pytest.approx(0.5)] and limiter.spacings == [pytest.approx(SPACING_S)]
+    assert limiter.spaced_from_now == []  # ...and was cleared then, with the spacing checked
 
 
 def test_a_held_slot_that_finds_the_domain_paused_or_busy_too_long_is_try_later() -> None:

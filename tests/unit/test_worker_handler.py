@@ -515,7 +515,7 @@ def test_robots_txt_is_fetched_once_through_the_gate_for_many_urls() -> None:
     rig.handler(delivery(url="http://a.test/q"))
     assert rig.fetch.robots_urls == ["http://a.test/robots.txt"]
     assert len(rig.limiter.rates) == 3  # one robots.txt and two pages, each through the limiter
-    assert len(rig.limiter.answers_noted) == 1  # the pages after robots.txt are spaced from its answer
+    assert len(rig.limiter.spaced_from_now) == 1  # the pages after robots.txt are spaced from its answer
 
 
 def test_unreachable_robots_txt_fails_the_url_transiently_then_dead_letters_it() -> None:
