@@ -60,9 +60,9 @@ CLEAR_AHEAD_S = 0.1
 # that leaves later (a thread waking late, or reading its clearance late, on a busy machine)
 # would reach the site less than an interval before the next one, cleared on time: at the start
 # of a 12-worker crawl on two cores, a page left about 100 ms late and the next 0.433 s after it,
-# three requests in one second at 2 a second. Later than the headroom covers, and than this, a
-# send moves the domain's latest send up to its real time: one more Redis round trip, for a late
-# send only.
+# three requests in one second at 2 a second. A send later than its interval's headroom (25 ms
+# at 2 a second), and than this, moves the domain's latest send up to its real time: one more
+# Redis round trip, for a late send only.
 LATE_SEND_MIN_S = 0.02
 
 
@@ -458,7 +458,7 @@ class DomainGate:
     def _note_if_late(self, domain: str, spacing_s: float, cleared_for: float | None) -> None:
         """Space the domain's next request from now if this send leaves later than the moment
         it was cleared for (asked, plus any wait it was cleared ahead by) by more than the
-        rate's headroom covers."""
+        interval's headroom."""
         if cleared_for is None:
             return
         late_s = self._clock() - cleared_for
