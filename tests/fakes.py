@@ -6,7 +6,7 @@ A fake that only one test file needs stays in that file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,8 +54,10 @@ class FakeLimiter:
         *answers: Reservation,
         clearances: list[tuple[bool, float, str]] | None = None,
         paused_s: float = 0.0,
+        answered: Callable[[], None] = lambda: None,
     ) -> None:
         self.answers = list(answers) or [Reservation(0.0, True)]
+        self.answered = answered  # called as each reservation is answered: a test's clock may move
         self.clearances = list(clearances or [])
         self.paused = paused_s
         self.calls: list[tuple[float, float, int]] = []  # (rate, max wait, max concurrent)
@@ -84,6 +86,7 @@ class FakeLimiter:
         lease_within_s: float | None = None,
     ) -> Reservation:
         self.calls.append((rate_per_s, max_wait_s, max_concurrent))
+        self.answered()
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
     def release(self, domain: str, lease: str) -> None:

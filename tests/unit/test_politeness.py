@@ -426,40 +426,13 @@ def test_a_send_late_by_less_than_the_headroom_covers_costs_no_round_trip() -> N
     assert limiter.spaced_from_now == []
 
 
-class LateReplies(FakeLimiter):
-    """Each reservation's answer reaches the thread `late_s` after the limiter recorded it."""
-
-    def __init__(self, fake: FakeTime, late_s: float, *answers: Reservation) -> None:
-        super().__init__(*answers)
-        self.fake, self.late_s = fake, late_s
-
-    def reserve(
-        self,
-        domain: str,
-        rate_per_s: float,
-        burst: int = 1,
-        *,
-        max_wait_s: float,
-        max_concurrent: int = 0,
-        lease_s: float = 0.0,
-        lease_within_s: float | None = None,
-    ) -> Reservation:
-        answer = super().reserve(
-            domain,
-            rate_per_s,
-            burst,
-            max_wait_s=max_wait_s,
-            max_concurrent=max_concurrent,
-            lease_s=lease_s,
-            lease_within_s=lease_within_s,
-        )
-        self.fake.now += self.late_s
-        return answer
-
-
 def test_a_send_whose_clearance_was_read_late_spaces_the_next_request_from_its_real_time() -> None:
     fake = FakeTime()
-    limiter = LateReplies(fake, 0.1, Reservation(0.0, True, lease="L", cleared=True))
+
+    def read_late() -> None:  # the answer reaches the thread 100 ms after the limiter recorded it
+        fake.now += 0.1
+
+    limiter = FakeLimiter(Reservation(0.0, True, lease="L", cleared=True), answered=read_late)
     gate = DomainGate(limiter, PolitenessConfig.from_settings(SETTINGS), SETTINGS, fake.sleep, fake.clock)
     assert gate.call("a.example", lambda: "sent") == "sent"
     assert limiter.spaced_from_now == [pytest.approx(SPACING_S)]
