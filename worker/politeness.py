@@ -303,14 +303,16 @@ class DomainGate:
                 reservation = self._admit(domain, rate, policy.max_concurrent, waited, may_hold)
                 if reservation.wait_s > 0:
                     waited.sleep(reservation.wait_s)
-                # Requests leave a whole interval apart even when one of them woke late.
-                if not reservation.cleared:
-                    self._clear_to_send(domain, RATE_HEADROOM / rate * reservation.backoff, waited)
+            spacing_s = RATE_HEADROOM / rate * reservation.backoff
+            # Requests leave a whole interval apart even when one of them woke late. (A held
+            # slot's send was cleared by _send_held.)
+            if not reservation.cleared:
+                self._clear_to_send(domain, spacing_s, waited)
             waited.count()
-            self._note_if_late(domain, RATE_HEADROOM / rate * reservation.backoff, waited.cleared_for)
+            self._note_if_late(domain, spacing_s, waited.cleared_for)
             result = send()
             if spaced_from_answer:
-                self._limiter.space_from_now(domain, RATE_HEADROOM / rate * reservation.backoff)
+                self._limiter.space_from_now(domain, spacing_s)
         except Throttled as exc:
             self._throttled(domain, exc, rate)
             raise
