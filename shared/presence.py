@@ -30,10 +30,10 @@ from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# A beat wakes a thread and makes a Redis round trip. A worker with nothing to do spent about
-# half its CPU on them at one beat every 5 s, and a slow, polite crawl keeps its workers
-# waiting most of the time. The price of a rarer beat: a worker killed without stopping stays
-# listed longer; a clean stop still deletes its key at once.
+# A beat wakes a thread and makes a Redis round trip. A worker with nothing to do spent half to
+# two thirds of its CPU on them at one beat every 5 s, and a slow, polite crawl keeps its
+# workers waiting most of the time. The price of a rarer beat: a worker killed without stopping
+# stays listed longer; a clean stop still deletes its key at once.
 HEARTBEAT_S = 15.0
 PRESENCE_TTL_S = 45.0  # three missed beats and the worker is gone
 
