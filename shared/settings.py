@@ -205,7 +205,7 @@ class Settings:
             raise ConfigError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         if self.fetch_allowlist.strip():
             # Imported here: the guard pulls in requests, which settings alone do not need.
-            from shared.netguard import parse_allowlist
+            from shared.addresses import parse_allowlist
 
             parse_allowlist(self.fetch_allowlist)  # raises ConfigError naming a bad entry
         _check_service_urls(self)
