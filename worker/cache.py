@@ -37,8 +37,8 @@ from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
 from shared.urls import fingerprint
 from worker.deferred_writes import drop_read_ahead, read_ahead, write_later
-from worker.fetch import is_html
 from worker.response import CacheEntry, Response
+from worker.verdicts import is_html
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ Redirects are followed here rather than by requests so that every hop passes thr
 connections wait on no socket past it (shared/deadline.py), so a server dripping its headers
 ends as a `timeout` like one dripping its body.
 requests and urllib3 errors are translated into TransientError / PermanentError in
-`_translate_errors` and nowhere else. HTTP statuses are judged by the pure function `classify`;
-429 and 503 become Throttled, carrying the Retry-After delay for the domain's shared pause.
+`_translate_errors` and nowhere else. Each hop's status line and headers are judged by
+worker/verdicts.py (429 and 503 become Throttled, carrying Retry-After for the domain's pause).
 
 A request may go through a proxy (`proxy=` URL). Failures that are the proxy's fault (cannot
 connect to it, 407) raise ProxyFailed, so the caller can count them against that proxy. Proxies
@@ -20,7 +20,6 @@ A Fetcher holds one pooled requests.Session, which the threads of a worker share
 from __future__ import annotations
 
 import contextlib
-import enum
 import http.cookiejar
 import io
 import logging
@@ -38,13 +37,12 @@ from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
 from worker.html_builder import ParseBudget
 from worker.markup_scan import MarkupScan, ParseLimitExceeded
-from worker.politeness import Throttled, parse_retry_after
 from worker.proxies import ProxyFailed, without_credentials
 from worker.response import Response
+from worker.verdicts import Judge, Verdict, judge_page
 
 log = logging.getLogger(__name__)
 
-HTML_MEDIA_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _READ_CHUNK_BYTES = 64 * 1024
 
 UrlCheck = Callable[[str], None]
@@ -70,59 +68,6 @@ class Validators:
         if self.last_modified:
             headers["If-Modified-Since"] = self.last_modified
         return headers
-
-
-class Verdict(enum.Enum):
-    OK = "ok"
-    NOT_MODIFIED = "not_modified"
-    REDIRECT = "redirect"
-
-
-def media_type(content_type: str | None) -> str | None:
-    """'text/html; charset=utf-8' -> 'text/html'."""
-    if not content_type:
-        return None
-    return content_type.split(";", 1)[0].strip().lower() or None
-
-
-def is_html(content_type: str | None) -> bool:
-    return media_type(content_type) in HTML_MEDIA_TYPES
-
-
-def classify(
-    status: int,
-    *,
-    content_type: str | None = None,
-    location: str | None = None,
-    retry_after: str | None = None,
-    conditional: bool = False,
-    now: float | None = None,
-) -> Verdict:
-    """Judge a response by its status line and headers; raise the TaskError it deserves.
-
-    `conditional` says whether the request carried validators, which is what makes a 304 good.
-    `now` (Unix time) reads a Retry-After given as a date; default: the clock.
-    """
-    if 200 <= status < 300:
-        if not is_html(content_type):
-            raise PermanentError("unsupported_content", f"Content-Type {content_type!r}", http_status=status)
-        return Verdict.OK
-    if status == 304:
-        if conditional:
-            return Verdict.NOT_MODIFIED
-        # Without validators a 304 is a server bug and has no body to show.
-        raise PermanentError("http_304", "not modified, but the request was not conditional", 304)
-    if 300 <= status < 400:
-        if not location or not location.strip():
-            raise PermanentError("bad_redirect", f"{status} without Location", http_status=status)
-        return Verdict.REDIRECT
-    if status in (408, 429) or 500 <= status < 600:
-        detail = f"Retry-After: {retry_after}" if retry_after else ""
-        if status in (429, 503):
-            delay_s = parse_retry_after(retry_after, time.time() if now is None else now)
-            raise Throttled(f"http_{status}", detail, status, delay_s)
-        raise TransientError(f"http_{status}", detail, http_status=status)
-    raise PermanentError(f"http_{status}", http_status=status)
 
 
 @contextlib.contextmanager
@@ -221,21 +166,6 @@ def _read_body(
             except ParseLimitExceeded as exc:
                 raise PermanentError("parse_limit", f"{url}: {exc} in its first {size} bytes") from None
         body.write(chunk)
-
-
-Judge = Callable[[requests.Response, bool], Verdict]
-"""Judges a response (and whether the request was conditional): OK, NOT_MODIFIED or REDIRECT,
-or raises the TaskError it deserves."""
-
-
-def judge_page(response: requests.Response, conditional: bool) -> Verdict:
-    return classify(
-        response.status_code,
-        content_type=response.headers.get("Content-Type"),
-        location=response.headers.get("Location"),
-        retry_after=response.headers.get("Retry-After"),
-        conditional=conditional,
-    )
 
 
 class Fetcher:

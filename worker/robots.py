@@ -38,10 +38,11 @@ from shared.errors import PermanentError, TransientError
 from shared.keys import Keys
 from shared.redis_errors import translate_redis_errors
 from shared.urls import domain_of
-from worker.fetch import Fetcher, Verdict, classify
+from worker.fetch import Fetcher
 from worker.lines import Lines, Turn
 from worker.politeness import TryLater
 from worker.proxies import ProxyFailed
+from worker.verdicts import Verdict, classify
 
 log = logging.getLogger(__name__)
 

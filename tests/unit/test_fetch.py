@@ -15,8 +15,9 @@ import requests
 
 from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
-from worker.fetch import Fetcher, Validators, Verdict, classify, is_html, media_type
+from worker.fetch import Fetcher, Validators
 from worker.parse import decode_html
+from worker.verdicts import Verdict, classify, is_html, media_type
 
 pytestmark = pytest.mark.unit
 
