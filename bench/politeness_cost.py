@@ -26,7 +26,9 @@ workers, and print the ratios of each pair: an unbound crawl of 200 pages lasts 
 seconds, so its figure is noisy, and pairs in the same minutes are the fairest comparison.
 `--latency-ms 100` has the site answer each page that late: with `--rate 0` the crawl is then
 bound by the domain's concurrency cap (MAX_CONCURRENT_PER_DOMAIN, 8 in flight), the other way
-politeness binds. `--repeat N` runs every crawl N times. Every run uses fresh names and
+politeness binds. `--real-pages` serves real pages instead of the small synthetic ones: the
+first --pages of the Python documentation (bench/real_corpus.py, fetched by the bench; 530 pages,
+mean 93 KB), the pages users meet. `--repeat N` runs every crawl N times. Every run uses fresh names and
 removes its queues, keys and schema.
 
 `--with-scrapy` has Scrapy crawl the same pages after each of our crawls (bench/scrapy_run.py: the
@@ -41,6 +43,7 @@ a crawl, count from its start. The services' CPU over Scrapy's crawl counts as i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -64,12 +67,14 @@ from bench.measure import (
     services_delta_by_name,
 )
 from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
+from bench.real_corpus import CorpusUnavailable, ensure_corpus, page_paths
 from bench.site import Answer, Hit, LoggedSite, Route, most_in_any_window, pages_route
 from ops import management
 from ops.crawl_workers import worker_launches
-from shared import db
+from shared import broker, db
 from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
+from shared.topology import dead_letter_queue
 from worker.politeness import RATE_HEADROOM
 
 UNBOUND_RPS = 1000.0
@@ -83,6 +88,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--workers", default="3,12", help="comma-separated worker counts (default 3,12)")
     parser.add_argument("--pages", type=int, default=200, help="pages of the one host (default 200)")
+    parser.add_argument(
+        "--real-pages",
+        action="store_true",
+        help="serve real pages (bench/real_corpus.py, at most its 530) instead of the small synthetic ones",
+    )
     parser.add_argument("--rate", type=float, default=2.0, help="RATE_LIMIT_RPS; 0 = unbound (default 2)")
     parser.add_argument(
         "--idle-rate", type=float, default=0.05, help="rate for the idle-worker run (0 = skip)"
@@ -147,6 +157,7 @@ class Result:
     redis_reads: int = 0  # read events Redis processed: its clients' round trips, about
     through_broker: bool = True  # False for Scrapy, which publishes nothing
     polling_cpu_s: float = 0.0  # PostgreSQL's CPU for the bench's polling: left out of the services'
+    dead_letters: int = 0  # pages dead-lettered instead of stored (a real page over the parse budget)
 
     def cpu_s_parts(self) -> tuple[float, float, float]:
         """CPU-seconds of the crawl: ours, the whole machine's, and the whole machine's net of
@@ -185,6 +196,7 @@ class Result:
             f"{'':<18} services ms/page: {parts}; idle share {1000 * self.services_idle_cpu_s / pages:.2f}; "
             f"Redis round trips/page {self.redis_reads / pages:.1f}; "
             f"the bench's polling of PostgreSQL (left out) {1000 * self.polling_cpu_s / pages:.2f}"
+            + (f"; dead-lettered {self.dead_letters} of {pages}" if self.dead_letters else "")
         )
 
 
@@ -230,9 +242,62 @@ def stop(workers: list[subprocess.Popen[bytes]]) -> None:
             worker.wait()
 
 
-def produce(env: dict[str, str], site: LoggedSite, pages: int, path: Path, run_id: str) -> float:
+@dataclass(frozen=True)
+class SitePages:
+    """What the one host serves: the paths a crawl asks for, and how the site answers."""
+
+    paths: list[str]
+    route: Route
+    dead_letters_possible: bool = False  # a page may be dead-lettered (over the parse budget)
+
+    @classmethod
+    def synthetic(cls, count: int) -> SitePages:
+        """Small pages (bench/site.py's, about 300 bytes) at /p/0 ... /p/<count - 1>."""
+        return cls([f"/p/{n}" for n in range(count)], pages_route)
+
+    @classmethod
+    def real(cls, count: int) -> SitePages:
+        """The first `count` pages of the real corpus, a fair mix of sizes (bench/real_corpus.py)."""
+        root = ensure_corpus()
+        paths = page_paths(root)
+        if count > len(paths):
+            raise SystemExit(f"--pages {count}: the real corpus at {root} has {len(paths)} pages")
+        bodies = {path: (root / path.lstrip("/")).read_bytes() for path in paths[:count]}
+        return cls(list(bodies), corpus_route(bodies), dead_letters_possible=True)
+
+    def answered_late(self, latency_s: float) -> Route:
+        """The site's answers, every page but robots.txt `latency_s` late (the server's thread
+        sleeps: its CPU is not ours)."""
+        route = self.route
+
+        def late(hit: Hit) -> Answer:
+            if latency_s > 0 and hit.path != "/robots.txt":
+                time.sleep(latency_s)
+            return route(hit)
+
+        return late
+
+    def write_urls(self, site: LoggedSite, path: Path) -> None:
+        path.write_text("".join(f"{site.url(page)}\n" for page in self.paths), encoding="utf-8")
+
+
+def corpus_route(bodies: dict[str, bytes]) -> Route:
+    """robots.txt allowing everything, these pages as HTML, 404 for any other path."""
+
+    def route(hit: Hit) -> Answer:
+        if hit.path == "/robots.txt":
+            return pages_route(hit)
+        body = bodies.get(hit.path)
+        if body is None:
+            return Answer(404, b"", {"Content-Type": "text/plain"})
+        return Answer(200, body, {"Content-Type": "text/html; charset=utf-8"})
+
+    return route
+
+
+def produce(env: dict[str, str], site: LoggedSite, pages: SitePages, path: Path, run_id: str) -> float:
     """Enqueue the pages with the producer; its CPU-seconds."""
-    path.write_text("".join(f"{site.url(f'/p/{n}')}\n" for n in range(pages)), encoding="utf-8")
+    pages.write_urls(site, path)
     before = os.times()
     done = subprocess.run(
         [sys.executable, "-m", "producer", "--urls", str(path), "--run-id", run_id],
@@ -260,18 +325,33 @@ def scrape(ports: list[int]) -> dict[str, float]:
     return totals
 
 
-def wait_until_stored(settings: Settings, pages: int) -> float:
-    """Wait until every page is stored; the CPU-seconds the polling cost PostgreSQL, which is
-    the bench's, not the crawl's: over a 5-minute polite crawl of 600 pages, 0.25 ms a page.
-    Polls one connection: a connection a poll cost PostgreSQL a backend's start each time."""
+def wait_until_done(settings: Settings, pages: int, count_dead: bool) -> tuple[float, int]:
+    """Wait until every page is stored or, with `count_dead`, dead-lettered (a real page can
+    be over the parse budget: the docs' 2.5-MB index is); the CPU-seconds the polling cost
+    PostgreSQL, which is the bench's, not the crawl's (over a 5-minute polite crawl of 600
+    pages, 0.25 ms a page), and the dead letters. Polls one connection: a connection a poll
+    cost PostgreSQL a backend's start each time. Dead letters wait in their queue, as no
+    dead-letter consumer runs; it is read only while pages are missing."""
     query = sql.SQL("SELECT count(*) FROM {}.pages").format(sql.Identifier(settings.pg_schema))
     deadline = time.monotonic() + DONE_TIMEOUT_S
-    with db.connect(settings, autocommit=True) as conn:
+    with contextlib.ExitStack() as stack:
+        conn = stack.enter_context(db.connect(settings, autocommit=True))
+        channel = (
+            stack.enter_context(broker.connect(settings, "bench-politeness-cost")).channel()
+            if count_dead
+            else None
+        )
         backend = conn.info.backend_pid  # on this machine: its CPU is in /proc
         while time.monotonic() < deadline:
             row: tuple[int] | None = conn.execute(query).fetchone()  # type: ignore[assignment]
-            if row is not None and int(row[0]) >= pages:
-                return proc_cpu_s(backend)
+            stored = int(row[0]) if row is not None else 0
+            dead = 0
+            if channel is not None and stored < pages:
+                dead = channel.queue_declare(
+                    dead_letter_queue(settings.crawl_namespace), passive=True
+                ).method.message_count
+            if stored + dead >= pages:
+                return proc_cpu_s(backend), dead
             time.sleep(0.5)
     raise SystemExit("the crawl did not finish within 15 minutes")
 
@@ -302,27 +382,15 @@ def services_idle_rate() -> float:
     return services_delta(before, services_cpu_s()) / (time.monotonic() - started)
 
 
-def answered_late(latency_s: float) -> Route:
-    """pages_route, every page but robots.txt answered `latency_s` late (the server's thread
-    sleeps: its CPU is not ours)."""
-
-    def route(hit: Hit) -> Answer:
-        if latency_s > 0 and hit.path != "/robots.txt":
-            time.sleep(latency_s)
-        return pages_route(hit)
-
-    return route
-
-
 def crawl(
-    workers_n: int, rate: float, pages: int, log_dir: Path, run: int = 1, latency_s: float = 0.0
+    workers_n: int, rate: float, pages: SitePages, log_dir: Path, run: int = 1, latency_s: float = 0.0
 ) -> Result:
     idle_rate = services_idle_rate()
     name = f"bench{secrets.token_hex(4)}"
     env = env_for(name, rate or UNBOUND_RPS)
     settings = Settings.from_env(env)
     tag = f"{workers_n}w-{rate:g}rps-{run}"
-    with LoggedSite(answered_late(latency_s), ["127.0.0.1"]) as site:
+    with LoggedSite(pages.answered_late(latency_s), ["127.0.0.1"]) as site:
         workers, ports = start_workers(env, workers_n, log_dir, tag)
         try:
             wait_for_consumers(settings, workers, consumers=workers_n)
@@ -331,7 +399,7 @@ def crawl(
             workers_before = sum(tree_cpu_s(w.pid) for w in workers)  # starting up is not crawling
             producer_cpu = produce(env, site, pages, log_dir / f"{tag}-urls.txt", name)
             first = wait_for_first_hit(site, workers)
-            polling_cpu = wait_until_stored(settings, pages)
+            polling_cpu, dead = wait_until_done(settings, len(pages.paths), pages.dead_letters_possible)
             ended = time.monotonic()
             workers_cpu = sum(tree_cpu_s(w.pid) for w in workers) - workers_before
             services_after = services_cpu_s()
@@ -353,13 +421,19 @@ def crawl(
         ours_cpu_s=workers_cpu + producer_cpu,
         services_cpu_s=services_delta(services_before, services_after) - polling_cpu,
         services_idle_cpu_s=idle_rate * span_s,
-        publishes=pages + int(sum(counters.get(f"crawl_{n}_total", 0) for n in ("deferrals", "retries"))),
+        publishes=len(pages.paths) + resent(counters),
         deferrals=int(counters.get("crawl_deferrals_total", 0)),
         deliveries=int(counters.get("crawl_messages_consumed_total", 0)),
         services_by_name=by_name,
         redis_reads=reads,
         polling_cpu_s=polling_cpu,
+        dead_letters=dead,
     )
+
+
+def resent(counters: dict[str, float]) -> int:
+    """Publishes the workers made beyond the producer's one a URL: deferrals and retries."""
+    return int(sum(counters.get(f"crawl_{n}_total", 0) for n in ("deferrals", "retries")))
 
 
 def write_hits(path: Path, hits: list[Hit]) -> list[float]:
@@ -370,14 +444,16 @@ def write_hits(path: Path, hits: list[Hit]) -> list[float]:
     return sorted(hit.at for hit in hits)
 
 
-def scrapy_crawl(rate: float, pages: int, log_dir: Path, run: int = 1, latency_s: float = 0.0) -> Result:
+def scrapy_crawl(
+    rate: float, pages: SitePages, log_dir: Path, run: int = 1, latency_s: float = 0.0
+) -> Result:
     """The same crawl by Scrapy: one process, the same site, pages, rate and per-domain cap."""
     idle_rate = services_idle_rate()
     tag = f"scrapy-{rate:g}rps-{run}"
     per_domain = Settings.from_env(env_for("benchscrapy", rate or UNBOUND_RPS)).max_concurrent_per_domain
-    with LoggedSite(answered_late(latency_s), ["127.0.0.1"]) as site:
+    with LoggedSite(pages.answered_late(latency_s), ["127.0.0.1"]) as site:
         urls = log_dir / f"{tag}-urls.txt"
-        urls.write_text("".join(f"{site.url(f'/p/{n}')}\n" for n in range(pages)), encoding="utf-8")
+        pages.write_urls(site, urls)
         services_before, span_started = services_cpu_s(), time.monotonic()
         done = subprocess.run(
             [
@@ -393,8 +469,9 @@ def scrapy_crawl(rate: float, pages: int, log_dir: Path, run: int = 1, latency_s
     if done.returncode != 0:
         raise SystemExit(f"Scrapy failed: {done.stderr.strip()[-2000:]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    if report["pages"] != pages:
-        raise SystemExit(f"Scrapy stored {report['pages']} of {pages} pages; see {log_dir / tag}.log")
+    if report["pages"] != len(pages.paths):
+        stored = f"Scrapy stored {report['pages']} of {len(pages.paths)} pages"
+        raise SystemExit(f"{stored}; see {log_dir / tag}.log")
     times = write_hits(log_dir / f"{tag}-site-hits.jsonl", hits)
     return Result(
         label=f"Scrapy, {'unbound' if not rate else f'{rate:g}/s'}",
@@ -421,7 +498,7 @@ def idle_worker_cpu(rate: float, window_s: float, log_dir: Path) -> float:
         workers, _ = start_workers(env, 1, log_dir, "idle")
         try:
             wait_for_consumers(settings, workers)
-            produce(env, site, 40, log_dir / "idle-urls.txt", name)
+            produce(env, site, SitePages.synthetic(40), log_dir / "idle-urls.txt", name)
             wait_for_first_hit(site, workers)
             time.sleep(3.0)  # the robots.txt and the first page behind it
             before, started = proc_cpu_s(workers[0].pid), time.monotonic()
@@ -444,24 +521,24 @@ class Runs:
     scrapy_pairs: list[tuple[Result, Result]] = field(default_factory=list)
 
 
-def run_all(args: argparse.Namespace, log_dir: Path) -> Runs:
+def run_all(args: argparse.Namespace, pages: SitePages, log_dir: Path) -> Runs:
     runs = Runs()
     latency_s = args.latency_ms / 1000
     for count in args.worker_counts:
         for run in range(1, args.repeat + 1):
-            result = crawl(count, args.rate, args.pages, log_dir, run, latency_s)
+            result = crawl(count, args.rate, pages, log_dir, run, latency_s)
             runs.ours.append(result)
             print(f"{HEADER}\n{result.row(args.pages)}\n{result.services_row(args.pages)}", file=sys.stderr)
             if args.with_unbound:
-                unbound = crawl(count, 0.0, args.pages, log_dir, run, latency_s)
+                unbound = crawl(count, 0.0, pages, log_dir, run, latency_s)
                 print(f"{unbound.row(args.pages)}\n{unbound.services_row(args.pages)}", file=sys.stderr)
                 runs.pairs.append((result, unbound))
             if args.with_scrapy:
-                scrapy = scrapy_crawl(args.rate, args.pages, log_dir, run, latency_s)
+                scrapy = scrapy_crawl(args.rate, pages, log_dir, run, latency_s)
                 runs.scrapy.append(scrapy)
                 print(scrapy.row(args.pages), file=sys.stderr)
                 if args.with_unbound:
-                    scrapy_unbound = scrapy_crawl(0.0, args.pages, log_dir, run, latency_s)
+                    scrapy_unbound = scrapy_crawl(0.0, pages, log_dir, run, latency_s)
                     print(scrapy_unbound.row(args.pages), file=sys.stderr)
                     runs.scrapy_pairs.append((scrapy, scrapy_unbound))
     return runs
@@ -487,8 +564,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="politeness-cost-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    runs = run_all(args, log_dir)
-    print(f"\n{args.pages} pages of one host; CPU in ms a page; logs in {log_dir}")
+    try:
+        pages = SitePages.real(args.pages) if args.real_pages else SitePages.synthetic(args.pages)
+    except CorpusUnavailable as exc:
+        print(f"error: --real-pages: {exc}", file=sys.stderr)
+        return 2
+    runs = run_all(args, pages, log_dir)
+    kind = "real pages (bench/real_corpus.py)" if args.real_pages else "small synthetic pages"
+    print(f"\n{args.pages} {kind} of one host; CPU in ms a page; logs in {log_dir}")
     print(f"RabbitMQ's management plugin: {management_plugin_state()}")
     print_tables(runs, args.pages)
     if args.idle_rate > 0:

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from bench.measure import postmasters
-from bench.politeness_cost import Result, parse_args
+from bench.politeness_cost import Result, SitePages, corpus_route, parse_args
+from bench.site import Hit
 
 pytestmark = pytest.mark.unit
 
@@ -66,3 +67,23 @@ def test_the_postmaster_is_the_postgres_process_no_other_started_whatever_its_pi
     parents = {29854: 1, 29858: 29854, 412: 29854, 977: 29854}
     assert postmasters(parents) == {29854}
     assert postmasters({}) == set()
+
+
+def hit(path: str) -> Hit:
+    return Hit(0.0, "127.0.0.1:1", path, {})
+
+
+def test_the_real_pages_site_serves_its_pages_allows_everything_and_has_nothing_else() -> None:
+    route = corpus_route({"/library/os.html": b"<html>os</html>"})
+    page = route(hit("/library/os.html"))
+    assert (page.status, page.body) == (200, b"<html>os</html>")
+    assert page.headers["Content-Type"].startswith("text/html")
+    robots = route(hit("/robots.txt"))
+    assert robots.status == 200 and b"Allow: /" in robots.body
+    assert route(hit("/library/sys.html")).status == 404
+
+
+def test_the_synthetic_site_asks_for_as_many_distinct_pages_as_the_crawl_has() -> None:
+    pages = SitePages.synthetic(3)
+    assert pages.paths == ["/p/0", "/p/1", "/p/2"]
+    assert pages.route(hit("/p/1")).status == 200
