@@ -103,10 +103,12 @@ bench: install
 
 # What waiting for a polite slot costs (docs/POLITENESS.md): 200 pages of one host at 2/s with 3
 # and with 12 workers, each paired with the same crawl unbound, and Scrapy crawling the same pages
-# at the same pace and unbound beside each. About 20 minutes.
+# at the same pace and unbound beside each; small synthetic pages twice, then real pages (the
+# Python docs, downloaded once by the bench) once. About 30 minutes.
 bench-politeness: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.politeness_cost --with-unbound --with-scrapy --repeat 2
+	$(PY) -m bench.politeness_cost --with-unbound --with-scrapy --real-pages --idle-rate 0
 
 # Topologies on this machine, all on loopback (docs/SCALING.md). PgBouncer in transaction
 # pooling mode on 127.0.0.1:$(PGBOUNCER_PORT) in front of the local PostgreSQL; installs Debian's
