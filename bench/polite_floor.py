@@ -43,6 +43,7 @@ from psycopg import sql
 from bench.measure import free_port_block
 from bench.site import page
 from shared import broker, db
+from shared.errors import ConfigError, ServiceUnavailable
 from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from worker.parse import parse_page
@@ -104,10 +105,20 @@ class PageSteps:
     messages: int  # taken from the queue up front, unacked, one acked a page
 
     def __enter__(self) -> PageSteps:
+        """Connect and make the names; what could be left behind by a failure here (the
+        schema) is made last. The slot's key expires and the queue is the connection's own."""
         name = self.settings.crawl_namespace
         self.slot_key = f"{name}:slot"
-        self.redis = connect_redis(self.settings, OPERATOR)
+        self.redis = connect_redis(self.settings, OPERATOR, ping=True)  # one line if Redis is not there
         self.http = requests.Session()
+        self.connection = broker.connect(self.settings, "bench-polite-floor")
+        self.channel = self.connection.channel()
+        self.queue = f"{name}.floor"
+        self.channel.queue_declare(self.queue, exclusive=True)
+        for _ in range(self.messages):
+            self.channel.basic_publish("", self.queue, b"a task's worth of bytes".ljust(160))
+        self.tags = list(self._take(self.messages))
+        self.pages_done = 0
         self.pg = db.connect(self.settings)
         self.schema = sql.Identifier(self.settings.pg_schema)
         self.pg.execute(sql.SQL("CREATE SCHEMA {}").format(self.schema))
@@ -118,14 +129,6 @@ class PageSteps:
         self.upsert = sql.SQL(
             "INSERT INTO {}.pages VALUES (%s, %s, %s) ON CONFLICT (url) DO UPDATE SET text = excluded.text"
         ).format(self.schema)
-        self.connection = broker.connect(self.settings, "bench-polite-floor")
-        self.channel = self.connection.channel()
-        self.queue = f"{name}.floor"
-        self.channel.queue_declare(self.queue)
-        for _ in range(self.messages):
-            self.channel.basic_publish("", self.queue, b"a task's worth of bytes".ljust(160))
-        self.tags = list(self._take(self.messages))
-        self.pages_done = 0
         return self
 
     def _take(self, count: int) -> Iterator[int]:
@@ -174,24 +177,32 @@ def cpu_us_a_page(steps: PageSteps, pages: int, pause_s: float) -> float:
     return statistics.median(spent) / 1000
 
 
+def measure(steps: PageSteps, args: argparse.Namespace, warm: int) -> None:
+    cpu_us_a_page(steps, warm, 0.0)  # connections, caches, lazy imports
+    print(" | ".join(["round", "back to back", *(f"after {p * 1000:g} ms" for p in args.pauses)]))
+    for round_no in range(1, args.rounds + 1):
+        hot = cpu_us_a_page(steps, args.hot, 0.0)
+        cold = [cpu_us_a_page(steps, args.calls, pause) for pause in args.pauses]
+        cells = [f"{hot:.0f} us", *(f"{c:.0f} us ({c / hot:.2f}x)" for c in cold)]
+        print(" | ".join([str(round_no), *cells]), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     name = f"floor{secrets.token_hex(4)}"
-    settings = Settings.from_env({**os.environ, "CRAWL_NAMESPACE": name, "PG_SCHEMA": name})
     warm = 20
     messages = warm + args.rounds * (args.hot + args.calls * len(args.pauses))
-    with (
-        tempfile.TemporaryDirectory() as root,
-        loopback_site(Path(root)) as origin,
-        PageSteps(settings, origin, messages) as steps,
-    ):
-        cpu_us_a_page(steps, warm, 0.0)  # connections, caches, lazy imports
-        print(" | ".join(["round", "back to back", *(f"after {p * 1000:g} ms" for p in args.pauses)]))
-        for round_no in range(1, args.rounds + 1):
-            hot = cpu_us_a_page(steps, args.hot, 0.0)
-            cold = [cpu_us_a_page(steps, args.calls, pause) for pause in args.pauses]
-            cells = [f"{hot:.0f} us", *(f"{c:.0f} us ({c / hot:.2f}x)" for c in cold)]
-            print(" | ".join([str(round_no), *cells]), flush=True)
+    try:
+        settings = Settings.from_env({**os.environ, "CRAWL_NAMESPACE": name, "PG_SCHEMA": name})
+        with (
+            tempfile.TemporaryDirectory() as root,
+            loopback_site(Path(root)) as origin,
+            PageSteps(settings, origin, messages) as steps,
+        ):
+            measure(steps, args, warm)
+    except (ConfigError, ServiceUnavailable) as exc:  # a setting or a service: one line, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print("median CPU a page of the one thread doing it (a Redis round trip, a GET, parse_page,")
     print("an upsert and commit, an ack); a pause is a sleep before each page")
     return 0

@@ -27,8 +27,8 @@ seconds, so its figure is noisy, and pairs in the same minutes are the fairest c
 `--latency-ms 100` has the site answer each page that late: with `--rate 0` the crawl is then
 bound by the domain's concurrency cap (MAX_CONCURRENT_PER_DOMAIN, 8 in flight), the other way
 politeness binds. `--real-pages` serves real pages instead of the small synthetic ones: the
-first --pages of the Python documentation (bench/real_corpus.py, fetched by the bench; 530 pages,
-mean 93 KB), the pages users meet. `--repeat N` runs every crawl N times. Every run uses fresh names and
+first --pages of the Python documentation's 530 (bench/real_corpus.py, fetched by the bench),
+the pages users meet. `--repeat N` runs every crawl N times. Every run uses fresh names and
 removes its queues, keys and schema.
 
 `--with-scrapy` has Scrapy crawl the same pages after each of our crawls (bench/scrapy_run.py: the
