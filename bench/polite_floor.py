@@ -42,6 +42,7 @@ from psycopg import sql
 
 from bench.measure import free_port_block
 from bench.site import page
+from bench.wake_cost import pauses_s
 from shared import broker, db
 from shared.errors import ConfigError, ServiceUnavailable
 from shared.redis_client import OPERATOR, connect_redis
@@ -54,17 +55,15 @@ SLOT_TTL_MS = 2000
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.polite_floor", description=__doc__.split("\n")[0])
-    parser.add_argument("--pauses", default="0.5", help="comma-separated pauses, seconds (default 0.5)")
+    parser.add_argument(
+        "--pauses", type=pauses_s, default="0.5", help="comma-separated pauses, seconds (default 0.5)"
+    )
     parser.add_argument("--hot", type=int, default=200, help="pages back to back a round (default 200)")
     parser.add_argument("--calls", type=int, default=40, help="pages after each pause a round (default 40)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, alternating (default 2)")
     args = parser.parse_args(argv)
-    try:
-        args.pauses = [float(p) for p in args.pauses.split(",")]
-    except ValueError:
-        parser.error(f"--pauses: not a list of seconds: {args.pauses!r}")
-    if min(args.hot, args.calls, args.rounds) < 1 or any(p <= 0 for p in args.pauses):
-        parser.error("need --hot, --calls and --rounds >= 1 and pauses > 0")
+    if min(args.hot, args.calls, args.rounds) < 1:
+        parser.error("need --hot, --calls and --rounds >= 1")
     return args
 
 
