@@ -347,9 +347,7 @@ def wait_until_done(settings: Settings, pages: int, count_dead: bool) -> tuple[f
             stored = int(row[0]) if row is not None else 0
             dead = 0
             if channel is not None and stored < pages:
-                dead = channel.queue_declare(
-                    dead_letter_queue(settings.crawl_namespace), passive=True
-                ).method.message_count
+                dead, _ = broker.queue_depth(channel, dead_letter_queue(settings.crawl_namespace))
             if stored + dead >= pages:
                 return proc_cpu_s(backend), dead
             time.sleep(0.5)

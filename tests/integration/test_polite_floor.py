@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pika
 import pytest
 from psycopg import sql
 
 from bench.polite_floor import SITE_PAGES, PageSteps, cpu_us_a_page, loopback_site
-from shared import broker, db
+from shared import db
 from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
+from tests.integration.test_teardown import exists
 
 pytestmark = pytest.mark.integration
 
@@ -35,18 +35,4 @@ def test_every_page_is_fetched_parsed_stored_and_acked(settings: Settings, tmp_p
         assert schemas.fetchone() is None
     with connect_redis(settings, OPERATOR) as client:
         assert not client.exists(f"{settings.crawl_namespace}:slot")
-    connection = broker.connect(settings, "test-polite-floor")
-    try:
-        assert not broker_has_queue(connection, f"{settings.crawl_namespace}.floor")
-    finally:
-        connection.close()
-
-
-def broker_has_queue(connection: pika.BlockingConnection, queue: str) -> bool:
-    channel = connection.channel()
-    try:
-        channel.queue_declare(queue, passive=True)
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    channel.close()
-    return True
+    assert not exists(settings, f"{settings.crawl_namespace}.floor")
