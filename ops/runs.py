@@ -52,7 +52,7 @@ from shared.runstate import (
 )
 from shared.settings import Settings
 from shared.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
-from worker.store import UPSERT_SKIP
+from worker.store_rows import UPSERT_SKIP
 
 Held = tuple[int, pika.BasicProperties, bytes]  # delivery tag, properties, body
 # Deals with a batch of held messages and acks them: (channel they came on, a confirm channel, batch).

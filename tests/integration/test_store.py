@@ -14,7 +14,8 @@ from ops.accounting import Tally, account
 from shared import db
 from shared.errors import ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
-from worker.store import PageRow, ResultStore, SkipRow
+from worker.store import ResultStore
+from worker.store_rows import PageRow, SkipRow
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ import pytest
 from shared import db
 from shared.errors import ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
-from worker.store import PageRow, ResultStore
+from worker.store import ResultStore
+from worker.store_rows import PageRow
 
 pytestmark = pytest.mark.unit
 

@@ -38,7 +38,7 @@ from worker.politeness import (
 from worker.profiles import load_profiles
 from worker.response import CacheEntry, Response
 from worker.robots import Robots, RobotsAnswer, RobotsRules
-from worker.store import PageRow, SkipRow
+from worker.store_rows import PageRow, SkipRow
 
 pytestmark = pytest.mark.unit
 
