@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from producer.pipeline import MAX_RECONNECT_PAUSE_S, PUBLISH_ATTEMPTS, RECONNECT_PATIENCE_S, Pipeline
+from producer.patience import MAX_RECONNECT_PAUSE_S, PUBLISH_ATTEMPTS, RECONNECT_PATIENCE_S
+from producer.pipeline import Pipeline
 from producer.routing import load_router
 from producer.sitemaps import SitemapEntry
 from shared.broker import Publication

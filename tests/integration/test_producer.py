@@ -15,7 +15,8 @@ from prometheus_client import REGISTRY
 
 from producer.dedup import Dedup, split_fingerprint
 from producer.fetch import FetchFailed, HttpFetcher
-from producer.pipeline import PUBLISH_ATTEMPTS, Pipeline
+from producer.patience import PUBLISH_ATTEMPTS
+from producer.pipeline import Pipeline
 from producer.publisher import ConfirmingPublisher
 from producer.routing import load_router
 from producer.service import Options, run

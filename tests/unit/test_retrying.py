@@ -11,7 +11,8 @@ import pytest
 from tenacity import Retrying
 from tenacity.stop import StopBaseT
 
-from producer.pipeline import MAX_RECONNECT_PAUSE_S, PUBLISH_ATTEMPTS, RETRY_PAUSE_S, Pipeline
+from producer.patience import MAX_RECONNECT_PAUSE_S, PUBLISH_ATTEMPTS, RETRY_PAUSE_S
+from producer.pipeline import Pipeline
 from producer.routing import load_router
 from producer.sitemaps import SitemapEntry
 from shared import retrying
