@@ -4,7 +4,7 @@ A producer killed with SIGKILL cannot count what it sent before it died, so no p
 says how many messages the broker received. Two counts together do:
 
     enqueued.<queue>   each URL once for the whole run, when a producer marks it confirmed
-                       (producer/pipeline.py): the first copies
+                       (producer/in_flight.py): the first copies
     copies_received    each producer message at its first delivery to a worker
                        (worker/handled.py), second copies included
 

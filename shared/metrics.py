@@ -45,8 +45,8 @@ Where each metric is counted (label values in brackets):
                                    Counted only here, where broker expiries (`expired`) arrive
                                    too; the worker does not count its dead-letter publishes.
 
-    producer (producer/pipeline.py; a finished producer serves them until scraped once,
-    producer/final_scrape.py)
+    producer (producer/pipeline.py and producer/in_flight.py; a finished producer serves them
+    until scraped once, producer/final_scrape.py)
       URLS_ENQUEUED[queue]         URLs whose publish the broker confirmed, as each batch settles
       URL_DUPLICATES               URLs the dedup step found already seen, as each batch settles
       URLS_INVALID[reason]         URLs rejected by canonicalisation, as each is read
