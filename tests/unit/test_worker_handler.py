@@ -925,7 +925,7 @@ def test_every_wait_reason_raised_is_listed_for_its_metric_series() -> None:
     import ast
     import inspect
 
-    from worker import handler, politeness, proxies, ratelimit, robots
+    from worker import handler, politeness, proxies, ratelimit_scripts, robots
 
     given = {
         call.args[1].value
@@ -938,7 +938,7 @@ def test_every_wait_reason_raised_is_listed_for_its_metric_series() -> None:
         and isinstance(call.args[1], ast.Constant)
     }
     from_scripts = {"rate", "busy", "paused", "spacing"}
-    source = inspect.getsource(ratelimit)
+    source = inspect.getsource(ratelimit_scripts)
     assert all(f"'{reason}'" in source for reason in from_scripts)
     assert given and given | from_scripts <= set(handler.WAIT_REASONS)
 
