@@ -14,7 +14,7 @@ import psycopg
 
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
-from worker.ratelimit import Reservation
+from worker.domain_limiter import Reservation
 
 
 class FakeTime:

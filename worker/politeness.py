@@ -29,11 +29,12 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from shared import metrics
 from shared.errors import ConfigError, PipelineError, TransientError
 from shared.settings import Settings
+from worker.domain_limiter import DomainLimiter, Reservation
 from worker.lines import Lines, Turn
 
 log = logging.getLogger(__name__)
@@ -194,57 +195,6 @@ def _overrides(document: dict[str, Any], default: DomainPolicy, where: str) -> d
             values[key] = kind(raw)
         found[domain.lower()] = DomainPolicy(**values)
     return found
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """What the shared limiter granted (see worker.ratelimit.RateLimiter.reserve)."""
-
-    wait_s: float
-    reserved: bool
-    reason: str = "ok"  # refused: rate | paused | busy
-    lease: str = ""  # the concurrency lease to give back; empty when none was taken
-    backoff: float = 1.0  # the domain's current interval multiplier
-    # Due at once, and already recorded as sent (the clear_to_send check, folded in): the
-    # caller can send without asking again.
-    cleared: bool = False
-
-
-class DomainLimiter(Protocol):
-    """The shared per-domain state; worker.ratelimit.RateLimiter is the Redis one."""
-
-    def reserve(
-        self,
-        domain: str,
-        rate_per_s: float,
-        burst: int = 1,
-        *,
-        max_wait_s: float,
-        max_concurrent: int = 0,
-        lease_s: float = 0.0,
-        lease_within_s: float | None = None,
-    ) -> Reservation: ...
-
-    def release(self, domain: str, lease: str) -> None: ...
-
-    def clear_to_send(self, domain: str, spacing_s: float) -> tuple[bool, float, str]: ...
-
-    def clear_held(
-        self,
-        domain: str,
-        spacing_s: float,
-        max_concurrent: int = 0,
-        lease_s: float = 0.0,
-        ahead_s: float = 0.0,
-    ) -> tuple[bool, float, str, str]: ...
-
-    def space_from_now(self, domain: str, spacing_s: float) -> None: ...
-
-    def pause(self, domain: str, seconds: float) -> None: ...
-
-    def slow_down(self, domain: str, rate_per_s: float) -> float: ...
-
-    def speed_up(self, domain: str) -> float: ...
 
 
 class DomainGate:

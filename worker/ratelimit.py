@@ -31,7 +31,7 @@ import redis
 from shared.keys import Keys
 from shared.redis_errors import translate_redis_errors
 from worker.deferred_writes import write_later
-from worker.politeness import Reservation
+from worker.domain_limiter import Reservation
 from worker.ratelimit_scripts import (
     CLEAR_HELD_LUA,
     CLEAR_TO_SEND_LUA,
@@ -52,7 +52,7 @@ BACKOFF_MEMORY_MS = 3_600_000  # an idle domain's backoff is forgotten after an 
 
 
 class RateLimiter:
-    """The Redis implementation of worker.politeness.DomainLimiter."""
+    """The Redis implementation of worker.domain_limiter.DomainLimiter."""
 
     def __init__(self, redis_client: redis.Redis, keys: Keys) -> None:
         self._client = redis_client

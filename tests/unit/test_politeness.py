@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 from shared.errors import ConfigError, TransientError
 from shared.settings import Settings
 from tests.fakes import FakeLimiter, FakeTime
+from worker.domain_limiter import Reservation
 from worker.politeness import (
     BUSY_RETRY_S,
     CLEAR_AHEAD_S,
@@ -22,7 +23,6 @@ from worker.politeness import (
     DomainPolicy,
     HeldSlot,
     PolitenessConfig,
-    Reservation,
     Throttled,
     TryLater,
     parse_retry_after,

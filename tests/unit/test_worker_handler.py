@@ -25,13 +25,13 @@ from shared.messages import (
 from shared.settings import Settings
 from shared.topology import build_topology
 from tests.fakes import FakeLimiter, FakeRunStates, FakeTime
+from worker.domain_limiter import Reservation
 from worker.handler import CrawlHandler, Parked, Waiting
 from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
     HeldSlot,
     PolitenessConfig,
-    Reservation,
     Throttled,
     TryLater,
 )
