@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import email.utils
 import logging
-import math
 import time
-import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from shared import metrics
-from shared.errors import ConfigError, PipelineError, TransientError
+from shared.errors import PipelineError, TransientError
 from shared.settings import Settings
 from worker.domain_limiter import DomainLimiter, Reservation
 from worker.lines import Lines, Turn
+from worker.politeness_config import PolitenessConfig
 
 log = logging.getLogger(__name__)
 
@@ -110,91 +108,6 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     if when.tzinfo is None:  # RFC 9110 dates are GMT; a date without a zone is read as such
         return None
     return max(0.0, when.timestamp() - now)
-
-
-@dataclass(frozen=True)
-class DomainPolicy:
-    rate_limit_rps: float
-    max_concurrent: int
-
-    def rate_per_s(self, crawl_delay_s: float | None) -> float:
-        """The configured rate, or less if robots.txt asks for a longer delay between requests."""
-        if crawl_delay_s is not None and crawl_delay_s > 0:
-            return min(self.rate_limit_rps, 1.0 / crawl_delay_s)
-        return self.rate_limit_rps
-
-
-_POLICY_KEYS = {"rate_limit_rps": float, "max_concurrent": int}
-
-
-class PolitenessConfig:
-    """Settings' defaults plus per-domain overrides from a TOML file:
-
-        [domains."example.com"]
-        rate_limit_rps = 0.5
-        max_concurrent = 1
-
-    A domain is host[:port] in lower case, the default port left out (shared.urls.domain_of).
-    """
-
-    def __init__(self, default: DomainPolicy, overrides: Mapping[str, DomainPolicy] | None = None) -> None:
-        self.default = default
-        self.overrides = {domain.lower(): policy for domain, policy in (overrides or {}).items()}
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> PolitenessConfig:
-        default = DomainPolicy(settings.rate_limit_rps, settings.max_concurrent_per_domain)
-        if not settings.politeness_file:
-            return cls(default)
-        path = Path(settings.politeness_file)
-        try:
-            document = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"POLITENESS_FILE {path}: {exc.strerror or exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"POLITENESS_FILE {path}: {exc}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"POLITENESS_FILE {path}: not UTF-8 text") from None
-        return cls(default, _overrides(document, default, str(path)))
-
-    def policy_for(self, domain: str) -> DomainPolicy:
-        return self.overrides.get(domain.lower(), self.default)
-
-
-def _overrides(document: dict[str, Any], default: DomainPolicy, where: str) -> dict[str, DomainPolicy]:
-    unknown = set(document) - {"domains"}
-    if unknown:
-        raise ConfigError(f'{where}: unknown table(s) {sorted(unknown)}; expected [domains."host"]')
-    domains = document.get("domains", {})
-    if not isinstance(domains, dict):
-        raise ConfigError(f"{where}: 'domains' must be a table")
-    found: dict[str, DomainPolicy] = {}
-    for domain, table in domains.items():
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: domains.{domain!r} must be a table")
-        values: dict[str, Any] = {
-            "rate_limit_rps": default.rate_limit_rps,
-            "max_concurrent": default.max_concurrent,
-        }
-        for key, raw in table.items():
-            kind = _POLICY_KEYS.get(key)
-            if kind is None:
-                raise ConfigError(
-                    f"{where}: domains.{domain!r}.{key}: unknown key; use {sorted(_POLICY_KEYS)}"
-                )
-            if (
-                isinstance(raw, bool)
-                or not isinstance(raw, int | float)
-                or (kind is int and not isinstance(raw, int))
-            ):
-                raise ConfigError(
-                    f"{where}: domains.{domain!r}.{key}: expected a {kind.__name__}, got {raw!r}"
-                )
-            if not math.isfinite(raw) or raw <= 0:
-                raise ConfigError(f"{where}: domains.{domain!r}.{key}: must be positive, got {raw!r}")
-            values[key] = kind(raw)
-        found[domain.lower()] = DomainPolicy(**values)
-    return found
 
 
 class DomainGate:

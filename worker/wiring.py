@@ -25,7 +25,8 @@ from worker.fetch import Fetcher, Validators
 from worker.handled import HandledMarks
 from worker.handler import CrawlHandler
 from worker.poison import DeliveryLimit
-from worker.politeness import LEASE_MARGIN_S, DomainGate, PolitenessConfig
+from worker.politeness import LEASE_MARGIN_S, DomainGate
+from worker.politeness_config import PolitenessConfig
 from worker.profiles import load_profiles
 from worker.proxies import Proxy, ProxyFailed, ProxyPool
 from worker.ratelimit import RateLimiter

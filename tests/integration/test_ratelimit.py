@@ -18,7 +18,8 @@ from shared.keys import Keys
 from shared.redis_client import OPERATOR, WORKER, connect_redis
 from shared.settings import Settings
 from worker.deferred_writes import DeferringRedis
-from worker.politeness import RATE_HEADROOM, DomainGate, HeldSlot, PolitenessConfig
+from worker.politeness import RATE_HEADROOM, DomainGate, HeldSlot
+from worker.politeness_config import PolitenessConfig
 from worker.ratelimit import RateLimiter, Reservation
 
 pytestmark = pytest.mark.integration

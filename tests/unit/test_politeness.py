@@ -20,13 +20,12 @@ from worker.politeness import (
     CLEAR_AHEAD_S,
     RATE_HEADROOM,
     DomainGate,
-    DomainPolicy,
     HeldSlot,
-    PolitenessConfig,
     Throttled,
     TryLater,
     parse_retry_after,
 )
+from worker.politeness_config import DomainPolicy, PolitenessConfig
 
 pytestmark = pytest.mark.unit
 

@@ -31,10 +31,10 @@ from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
     HeldSlot,
-    PolitenessConfig,
     Throttled,
     TryLater,
 )
+from worker.politeness_config import PolitenessConfig
 from worker.profiles import load_profiles
 from worker.response import CacheEntry, Response
 from worker.robots import Robots, RobotsAnswer, RobotsRules
