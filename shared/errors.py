@@ -21,7 +21,7 @@ Raised and caught inside one part of the pipeline, never charged to a URL on the
     ├── PublishFailed       the broker nacked or could not route a message
     └── CrawlFailed         `crawl`: the run cannot finish (one line, exit 1)
 
-TaskError's subclasses Throttled (worker/politeness.py), ProxyFailed (worker/proxies.py) and
+TaskError's subclasses Throttled (worker/verdicts.py), ProxyFailed (worker/proxies.py) and
 InvalidURL (shared/urls.py) live beside the code that raises them. The one class outside this
 tree is crawl_processes.Terminated, a KeyboardInterrupt on purpose: SIGTERM must unwind a crawl
 as Ctrl-C does, past every `except Exception`.

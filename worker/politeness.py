@@ -21,7 +21,6 @@ thread at its head asks Redis again.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import time
 from collections.abc import Callable
@@ -29,11 +28,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from shared import metrics
-from shared.errors import PipelineError, TransientError
+from shared.errors import PipelineError
 from shared.settings import Settings
 from worker.domain_limiter import DomainLimiter, Reservation
 from worker.lines import Lines, Turn
 from worker.politeness_config import PolitenessConfig
+from worker.verdicts import Throttled
 
 log = logging.getLogger(__name__)
 
@@ -83,31 +83,6 @@ class TryLater(PipelineError):
         self.reason = reason
         self.slot = slot
         super().__init__(f"{reason}: try again in {wait_s:.3f} s")
-
-
-class Throttled(TransientError):
-    """A 429 or 503 answer: the server is asking us to slow down (seconds from Retry-After)."""
-
-    def __init__(self, reason: str, detail: str, http_status: int, retry_after_s: float | None) -> None:
-        super().__init__(reason, detail, http_status)
-        self.retry_after_s = retry_after_s
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a Retry-After header: delay-seconds or an HTTP date; None if absent
-    or unreadable. A date in the past means 0."""
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT; a date without a zone is read as such
-        return None
-    return max(0.0, when.timestamp() - now)
 
 
 class DomainGate:

@@ -7,6 +7,7 @@ worker/robots.py judges robots.txt with `classify`.
 
 from __future__ import annotations
 
+import email.utils
 import enum
 import time
 from collections.abc import Callable
@@ -14,7 +15,6 @@ from collections.abc import Callable
 import requests
 
 from shared.errors import PermanentError, TransientError
-from worker.politeness import Throttled, parse_retry_after
 
 HTML_MEDIA_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
@@ -34,6 +34,31 @@ def media_type(content_type: str | None) -> str | None:
 
 def is_html(content_type: str | None) -> bool:
     return media_type(content_type) in HTML_MEDIA_TYPES
+
+
+class Throttled(TransientError):
+    """A 429 or 503 answer: the server is asking us to slow down (seconds from Retry-After)."""
+
+    def __init__(self, reason: str, detail: str, http_status: int, retry_after_s: float | None) -> None:
+        super().__init__(reason, detail, http_status)
+        self.retry_after_s = retry_after_s
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header: delay-seconds or an HTTP date; None if absent
+    or unreadable. A date in the past means 0."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a date without a zone is read as such
+        return None
+    return max(0.0, when.timestamp() - now)
 
 
 def classify(

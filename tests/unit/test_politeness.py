@@ -21,11 +21,10 @@ from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
     HeldSlot,
-    Throttled,
     TryLater,
-    parse_retry_after,
 )
 from worker.politeness_config import DomainPolicy, PolitenessConfig
+from worker.verdicts import Throttled, parse_retry_after
 
 pytestmark = pytest.mark.unit
 

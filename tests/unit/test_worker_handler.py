@@ -31,7 +31,6 @@ from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
     HeldSlot,
-    Throttled,
     TryLater,
 )
 from worker.politeness_config import PolitenessConfig
@@ -39,6 +38,7 @@ from worker.profiles import load_profiles
 from worker.response import CacheEntry, Response
 from worker.robots import Robots, RobotsAnswer, RobotsRules
 from worker.store_rows import PageRow, SkipRow
+from worker.verdicts import Throttled
 
 pytestmark = pytest.mark.unit
 
