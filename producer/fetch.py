@@ -28,8 +28,8 @@ from shared.deadline import fetch_deadline
 from shared.errors import PipelineError, TaskError
 from shared.netguard import guarded_session
 from shared.settings import Settings
-from worker.politeness import TryLater
 from worker.proxies import Proxy, ProxyFailed, ProxyPool, without_credentials
+from worker.try_later import TryLater
 
 log = logging.getLogger(__name__)
 

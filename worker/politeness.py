@@ -24,16 +24,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from shared import metrics
-from shared.errors import PipelineError
 from shared.settings import Settings
 from worker.domain_limiter import DomainLimiter, Reservation
 from worker.lines import Lines, Turn
 from worker.politeness_config import PolitenessConfig
+from worker.try_later import HeldSlot, TryLater
 from worker.verdicts import Throttled
+
+# HeldSlot and TryLater are the gate's answers (worker/try_later.py), so they can be had from the
+# gate too.
+__all__ = ["DomainGate", "HeldSlot", "TryLater"]
 
 log = logging.getLogger(__name__)
 
@@ -63,26 +66,6 @@ CLEAR_AHEAD_S = 0.1
 # at 2 a second), and than this, moves the domain's latest send up to its real time: one more
 # Redis round trip, for a late send only.
 LATE_SEND_MIN_S = 0.02
-
-
-@dataclass(frozen=True)
-class HeldSlot:
-    """A domain slot reserved for a held URL: due at `due` on the gate's clock."""
-
-    domain: str
-    due: float
-    backoff: float = 1.0
-
-
-class TryLater(PipelineError):
-    """Not a failure: the URL cannot be served now and should come back after `wait_s`; with
-    `slot`, its slot is reserved and the URL must come back with it (`DomainGate.call`)."""
-
-    def __init__(self, wait_s: float, reason: str, slot: HeldSlot | None = None) -> None:
-        self.wait_s = wait_s
-        self.reason = reason
-        self.slot = slot
-        super().__init__(f"{reason}: try again in {wait_s:.3f} s")
 
 
 class DomainGate:

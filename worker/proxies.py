@@ -29,7 +29,7 @@ from shared.keys import Keys
 from shared.redis_cluster import by_slot
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
-from worker.politeness import TryLater
+from worker.try_later import TryLater
 
 log = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from shared.redis_errors import translate_redis_errors
 from shared.urls import domain_of
 from worker.fetch import Fetcher
 from worker.lines import Lines, Turn
-from worker.politeness import TryLater
 from worker.proxies import ProxyFailed
+from worker.try_later import TryLater
 from worker.verdicts import Verdict, classify
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from shared.redis_client import OPERATOR, connect_redis
 from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
 from tests.ports import closed_port
-from worker.politeness import TryLater
 from worker.proxies import Proxy, ProxyPool, RedisBench, parse_proxies
+from worker.try_later import TryLater
 
 pytestmark = pytest.mark.integration
 

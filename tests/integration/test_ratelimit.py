@@ -18,9 +18,10 @@ from shared.keys import Keys
 from shared.redis_client import OPERATOR, WORKER, connect_redis
 from shared.settings import Settings
 from worker.deferred_writes import DeferringRedis
-from worker.politeness import RATE_HEADROOM, DomainGate, HeldSlot
+from worker.politeness import RATE_HEADROOM, DomainGate
 from worker.politeness_config import PolitenessConfig
 from worker.ratelimit import RateLimiter, Reservation
+from worker.try_later import HeldSlot
 
 pytestmark = pytest.mark.integration
 

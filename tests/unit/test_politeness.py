@@ -20,10 +20,9 @@ from worker.politeness import (
     CLEAR_AHEAD_S,
     RATE_HEADROOM,
     DomainGate,
-    HeldSlot,
-    TryLater,
 )
 from worker.politeness_config import DomainPolicy, PolitenessConfig
+from worker.try_later import HeldSlot, TryLater
 from worker.verdicts import Throttled, parse_retry_after
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,6 @@ import pytest
 
 from shared.errors import PermanentError, TransientError
 from tests.fakes import FakeTime
-from worker.politeness import TryLater
 from worker.robots import (
     ALLOW_ALL,
     RULES,
@@ -23,6 +22,7 @@ from worker.robots import (
     product_token,
     robots_url,
 )
+from worker.try_later import TryLater
 
 pytestmark = pytest.mark.unit
 

@@ -30,14 +30,13 @@ from worker.handler import CrawlHandler, Parked, Waiting
 from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
-    HeldSlot,
-    TryLater,
 )
 from worker.politeness_config import PolitenessConfig
 from worker.profiles import load_profiles
 from worker.response import CacheEntry, Response
 from worker.robots import Robots, RobotsAnswer, RobotsRules
 from worker.store_rows import PageRow, SkipRow
+from worker.try_later import HeldSlot, TryLater
 from worker.verdicts import Throttled
 
 pytestmark = pytest.mark.unit
