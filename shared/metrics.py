@@ -19,7 +19,7 @@ Where each metric is counted (label values in brackets):
       NOT_MODIFIED                 a 304 that revalidated a cached entry
       RATE_LIMIT_WAITS             each request the domain gate held back in-process (its rate,
       RATE_LIMIT_WAIT_SECONDS        concurrency cap or pause): inc() once per request that slept,
-                                   and add the seconds it slept (worker/politeness.py)
+                                   and add the seconds it slept (worker/gate_waits.py)
       DEFERRALS[reason]            a URL sent to a defer queue because it could not be served
                                    soon enough (TryLater: rate, paused, busy, spacing,
                                    robots_pending, proxies_benched); no attempt charged

@@ -26,16 +26,15 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from shared import metrics
 from shared.settings import Settings
 from worker.domain_limiter import DomainLimiter, Reservation
+from worker.gate_waits import Waits
 from worker.lines import Lines, Turn
 from worker.politeness_config import PolitenessConfig
 from worker.try_later import HeldSlot, TryLater
 from worker.verdicts import Throttled
 
-# HeldSlot and TryLater are the gate's answers (worker/try_later.py), so they can be had from the
-# gate too.
+# HeldSlot and TryLater (worker/try_later.py) are the gate's answers: importable from it too.
 __all__ = ["DomainGate", "HeldSlot", "TryLater"]
 
 log = logging.getLogger(__name__)
@@ -115,7 +114,7 @@ class DomainGate:
         in one second at 2 a second. One Redis write a domain a day."""
         policy = self._config.policy_for(domain)
         rate = policy.rate_per_s(crawl_delay_s)
-        waited = _Waits(self._sleep)
+        waited = Waits(self._sleep)
         reservation = Reservation(0.0, False)
         try:
             if slot is not None and slot.domain == domain:
@@ -146,7 +145,7 @@ class DomainGate:
         return result
 
     def _admit(
-        self, domain: str, rate: float, max_concurrent: int, waited: _Waits, may_hold: bool = False
+        self, domain: str, rate: float, max_concurrent: int, waited: Waits, may_hold: bool = False
     ) -> Reservation:
         deadline = self._clock() + self._max_inline_wait_s
         reservation = self._reserve(domain, rate, max_concurrent, deadline, may_hold, waited)
@@ -164,7 +163,7 @@ class DomainGate:
         return reservation
 
     def _wait_in_line(
-        self, domain: str, deadline: float, waited: _Waits, ask: Callable[[], Reservation | None]
+        self, domain: str, deadline: float, waited: Waits, ask: Callable[[], Reservation | None]
     ) -> Reservation | None:
         """`ask` again, every BUSY_POLL_S until `deadline`, until it stops answering None (all the
         domain's concurrency slots taken), at the head of the domain's line: the process's other
@@ -187,7 +186,7 @@ class DomainGate:
         return None
 
     def _reserve(
-        self, domain: str, rate: float, max_concurrent: int, deadline: float, may_hold: bool, waited: _Waits
+        self, domain: str, rate: float, max_concurrent: int, deadline: float, may_hold: bool, waited: Waits
     ) -> Reservation | None:
         """One ask of the shared limiter: the reservation, TryLater when the rate or a pause
         keeps the domain, or None when its concurrency slots are all taken."""
@@ -223,7 +222,7 @@ class DomainGate:
             back_s = max(back_s, horizon_s / 4)
         raise TryLater(back_s, reservation.reason)
 
-    def _send_held(self, slot: HeldSlot, rate: float, max_concurrent: int, waited: _Waits) -> Reservation:
+    def _send_held(self, slot: HeldSlot, rate: float, max_concurrent: int, waited: Waits) -> Reservation:
         """The send of a slot reserved ahead: one check (pause, spacing, concurrency lease)."""
         early_s = slot.due - self._clock()
         if early_s > 0:
@@ -244,7 +243,7 @@ class DomainGate:
         return reservation
 
     def _clear_held(
-        self, slot: HeldSlot, spacing_s: float, max_concurrent: int, deadline: float, waited: _Waits
+        self, slot: HeldSlot, spacing_s: float, max_concurrent: int, deadline: float, waited: Waits
     ) -> Reservation | None:
         """The held send's check until it clears, TryLater for a pause or a wait past `deadline`,
         or None when the domain's concurrency slots are all taken."""
@@ -265,7 +264,7 @@ class DomainGate:
                 raise TryLater(wait_s, reason)
             waited.sleep(wait_s)
 
-    def _clear_to_send(self, domain: str, spacing_s: float, waited: _Waits) -> None:
+    def _clear_to_send(self, domain: str, spacing_s: float, waited: Waits) -> None:
         """Wait, briefly, until the previous request to the domain is far enough behind us."""
         for _ in range(MAX_SPACING_WAITS):
             asked = self._clock()
@@ -299,31 +298,3 @@ class DomainGate:
             log.warning(
                 "%s answered %s without Retry-After: interval now x%.2f", domain, exc.http_status, multiplier
             )
-
-
-class _Waits:
-    """The in-process waits of one request at the gate, counted once in the rate-limit wait
-    metrics however many sleeps (busy polls, the slot, the spacing) they took."""
-
-    def __init__(self, sleep: Callable[[float], None]) -> None:
-        self._sleep = sleep
-        self.seconds = 0.0
-        # The moment, on the gate's clock, the send was cleared for: when the clearance was
-        # asked (Redis records it between that and the reply), plus the wait it was cleared
-        # ahead by. None until cleared.
-        self.cleared_for: float | None = None
-
-    def sleep(self, seconds: float) -> None:
-        self.seconds += seconds
-        self._sleep(seconds)
-
-    def add(self, seconds: float) -> None:
-        """A wait that already happened (for a turn in a busy line)."""
-        self.seconds += max(0.0, seconds)
-
-    def count(self) -> None:
-        """Once the waiting is over (and again on the way out, which then adds nothing)."""
-        if self.seconds > 0:
-            metrics.RATE_LIMIT_WAITS.inc()
-            metrics.RATE_LIMIT_WAIT_SECONDS.inc(self.seconds)
-            self.seconds = 0.0
