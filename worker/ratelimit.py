@@ -1,5 +1,5 @@
 """Per-domain politeness state shared by every worker: GCRA, pauses, backoff and concurrency
-leases, each decision in one Redis Lua script.
+leases, each decision in one Redis Lua script (worker/ratelimit_scripts.py).
 
 GCRA (the generic cell rate algorithm) keeps a single number per domain, the theoretical
 arrival time (TAT) of the next request. A reservation moves the TAT one interval on and
