@@ -40,13 +40,14 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tenacity import Retrying, stop_when_event_set
 
 from shared import broker, metrics, pika_compat, retrying
+from shared.deliveries import Delivery, Handler, Outcome, StopEvent, Subscription
 from shared.errors import ServiceUnavailable
 from shared.holds import HeldMessages
 from shared.settings import Settings
@@ -54,6 +55,18 @@ from shared.signals import off_the_handler
 from shared.topology import build_topology
 
 log = logging.getLogger(__name__)
+
+# Services and their tests import the consumer's interface from here, wherever its parts live.
+__all__ = [
+    "POLL_S",
+    "ConsumerRuntime",
+    "Delivery",
+    "Handler",
+    "Outcome",
+    "StopEvent",
+    "Subscription",
+    "run_consumers",
+]
 
 # A stopping service waits at most this long for in-flight messages; the rest go back to their
 # queue. Keeps the whole stop under the 30 s that supervisors usually allow before SIGKILL.
@@ -66,81 +79,6 @@ RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONN
 # CPU for the whole of a slow, polite crawl; it stays well under HEARTBEAT_S / 2 (10 s) all the
 # same.
 POLL_S = 5.0
-
-
-class StopEvent(threading.Event):
-    """The stop flag of a consumer. Setting it also wakes the connection's thread, which sleeps
-    inside pika rather than on the flag, so that a stop is seen at once and no thread has to
-    wake on a timer to look at the flag."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._on_set: list[Callable[[], None]] = []
-
-    def when_set(self, wake: Callable[[], None]) -> None:
-        """Call `wake` on each set() from now on (on the setting thread)."""
-        self._on_set.append(wake)
-
-    def set(self) -> None:
-        super().set()
-        for wake in list(self._on_set):
-            wake()
-
-
-@dataclass(frozen=True)
-class Delivery:
-    queue: str
-    body: bytes
-    headers: Mapping[str, Any]
-    redelivered: bool
-    priority: int = 0
-    memo: Any = field(default=None, compare=False)  # what the handler asked to hold it with
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What to do with a delivery: publish these (confirmed), then ack — or reject."""
-
-    publications: tuple[broker.Publication, ...] = ()
-    ack: bool = True
-    requeue: bool = False
-    later: concurrent.futures.Future[Outcome] | None = None  # see `after`
-    hold_s: float | None = None  # see `hold`
-    memo: Any = None
-
-    @classmethod
-    def done(cls) -> Outcome:
-        return cls()
-
-    @classmethod
-    def forward(cls, *publications: broker.Publication) -> Outcome:
-        return cls(publications=publications)
-
-    @classmethod
-    def reject(cls, requeue: bool) -> Outcome:
-        return cls(ack=False, requeue=requeue)
-
-    @classmethod
-    def hold(cls, seconds: float, memo: Any = None) -> Outcome:
-        """Not settled: keep the message unacked here and hand it to the handler again in
-        `seconds`, with `memo` as its Delivery.memo."""
-        return cls(ack=False, hold_s=seconds, memo=memo)
-
-    @classmethod
-    def after(cls, settled: concurrent.futures.Future[Outcome]) -> Outcome:
-        """Decided elsewhere: the outcome `settled` resolves to, from whatever thread. If it
-        fails, the message goes back to its queue when the error is ServiceUnavailable and is
-        dead-lettered otherwise, as when a handler raises."""
-        return cls(later=settled)
-
-
-@dataclass(frozen=True)
-class Subscription:
-    queue: str
-    consumer_priority: int = 0  # the broker offers messages to higher-priority consumers first
-
-
-Handler = Callable[[Delivery], Outcome]
 
 
 @dataclass(order=True)
