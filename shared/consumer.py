@@ -41,7 +41,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from tenacity import Retrying, stop_when_event_set
@@ -50,6 +49,7 @@ from shared import broker, metrics, pika_compat, retrying
 from shared.deliveries import Delivery, Handler, Outcome, StopEvent, Subscription
 from shared.errors import ServiceUnavailable
 from shared.holds import HeldMessages
+from shared.local_buffer import LocalItem, LocalQueue
 from shared.settings import Settings
 from shared.signals import off_the_handler
 from shared.topology import build_topology
@@ -79,28 +79,6 @@ RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONN
 # CPU for the whole of a slow, polite crawl; it stays well under HEARTBEAT_S / 2 (10 s) all the
 # same.
 POLL_S = 5.0
-
-
-@dataclass(order=True)
-class _Item:
-    rank: int
-    priority: int
-    seq: int
-    generation: int = field(compare=False)
-    tag: int = field(compare=False)
-    delivery: Delivery = field(compare=False)
-    parked: bool = field(default=False, compare=False)  # held as it came, before any handling
-
-
-class _LocalQueue(queue.PriorityQueue[_Item]):
-    def put_together(self, items: list[_Item]) -> None:
-        """Queue `items` and wake one handler thread for them all: it takes them back to back,
-        as threads do that find a message waiting when they finish one."""
-        with self.not_empty:
-            for item in items:
-                self._put(item)
-            self.unfinished_tasks += len(items)
-            self.not_empty.notify()
 
 
 class ConsumerRuntime:
@@ -137,7 +115,7 @@ class ConsumerRuntime:
         # Higher consumer priority = served first from the local buffer too.
         ranks = sorted({s.consumer_priority for s in subscriptions}, reverse=True)
         self._rank = {s.queue: ranks.index(s.consumer_priority) for s in subscriptions}
-        self._local = _LocalQueue()
+        self._local = LocalQueue()
         self._seq = itertools.count()
         self._generation = 0
         self._connection: Any = None
@@ -153,7 +131,7 @@ class ConsumerRuntime:
         # POLL_S, so none can be stranded by a wake that went to a connection since replaced.
         self._settled: collections.deque[tuple[int, int, Outcome]] = collections.deque()
         self._settled_lock = threading.Lock()
-        self._held: HeldMessages[_Item] = HeldMessages(time.monotonic)
+        self._held: HeldMessages[LocalItem] = HeldMessages(time.monotonic)
         self._handling_now = 0  # handler threads between taking a message and handing it on
         self._handling_lock = threading.Lock()
 
@@ -235,7 +213,7 @@ class ConsumerRuntime:
         """Wake the idle handler threads and the timer, to see that the service stops."""
         self._held.wake()
         for _ in range(self.concurrency):  # of no generation: a thread that takes one looks at the stop flag
-            self._local.put(_Item(-1, 0, next(self._seq), -1, 0, Delivery("", b"", {}, False)))
+            self._local.put(LocalItem(-1, 0, next(self._seq), -1, 0, Delivery("", b"", {}, False)))
 
     def _connect(self) -> None:
         connection = broker.connect(self.settings, f"{self.name} {self.settings.worker_id}")
@@ -276,7 +254,7 @@ class ConsumerRuntime:
         self._unsettled.add(method.delivery_tag)
         metrics.MESSAGES_CONSUMED.labels(queue_name).inc()
         rank, tag = self._rank[queue_name], method.delivery_tag
-        item = _Item(rank, -delivery.priority, next(self._seq), generation, tag, delivery)
+        item = LocalItem(rank, -delivery.priority, next(self._seq), generation, tag, delivery)
         parked = self._parked(delivery)
         if parked is not None:
             self._hold(dataclasses.replace(item, parked=True), parked)
@@ -293,7 +271,7 @@ class ConsumerRuntime:
             return None
         return outcome if outcome is not None and outcome.hold_s is not None else None
 
-    def _hold(self, item: _Item, outcome: Outcome) -> None:
+    def _hold(self, item: LocalItem, outcome: Outcome) -> None:
         assert outcome.hold_s is not None
         metrics.MESSAGES_HELD.inc()  # before the timer can let it go (and dec)
         self._held.hold(
@@ -382,7 +360,7 @@ class ConsumerRuntime:
                 with self._handling_lock:
                     self._handling_now -= 1
 
-    def _work_on(self, item: _Item) -> None:
+    def _work_on(self, item: LocalItem) -> None:
         # A message taken as the stop came was never started: give it back.
         outcome = Outcome.reject(requeue=True) if self.stop_event.is_set() else self._handle(item.delivery)
         if outcome.hold_s is not None:
@@ -466,7 +444,7 @@ class ConsumerRuntime:
             ServiceUnavailable, stop_when_event_set(self.stop_event), self.stop_event.wait, on_pause
         )
 
-    def _hand_back_settled(self, item: _Item, settled: concurrent.futures.Future[Outcome]) -> None:
+    def _hand_back_settled(self, item: LocalItem, settled: concurrent.futures.Future[Outcome]) -> None:
         """On the thread that resolved `settled`."""
         error = settled.exception()
         if error is None:
@@ -484,7 +462,7 @@ class ConsumerRuntime:
             outcome = Outcome.reject(requeue=False)
         self._hand_back(item, outcome)
 
-    def _hand_back(self, item: _Item, outcome: Outcome) -> None:
+    def _hand_back(self, item: LocalItem, outcome: Outcome) -> None:
         connection = self._connection
         if connection is None:
             return
