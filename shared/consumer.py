@@ -47,7 +47,7 @@ from tenacity import Retrying, stop_when_event_set
 
 from shared import broker, metrics, pika_compat, retrying
 from shared.deliveries import Delivery, Handler, Outcome, StopEvent, Subscription
-from shared.errors import ServiceUnavailable
+from shared.errors import ServiceUnavailable, one_line
 from shared.holds import HeldMessages
 from shared.local_buffer import LocalItem, LocalQueue
 from shared.settings import Settings
@@ -194,7 +194,7 @@ class ConsumerRuntime:
             log.warning("%s reconnected to RabbitMQ (reconnect %d)", self.name, self.reconnects)
 
         def on_pause(error: BaseException, pause_s: float) -> None:
-            log.warning("%s lost RabbitMQ (%s); reconnecting in %.0fs", self.name, _one_line(error), pause_s)
+            log.warning("%s lost RabbitMQ (%s); reconnecting in %.0fs", self.name, one_line(error), pause_s)
 
         with contextlib.suppress(*RECOVERABLE):  # only once stopped: the run ends
             retrying.patiently(
@@ -407,7 +407,7 @@ class ConsumerRuntime:
         try:
             hook()
         except Exception as exc:  # what it sends is best-effort by contract; the thread goes on
-            log.warning("%s could not finish its idle work: %s", self.name, _one_line(exc))
+            log.warning("%s could not finish its idle work: %s", self.name, one_line(exc))
 
     def _quiet(self) -> bool:
         """Nothing in hand but what waits on other threads. A message taken from the local
@@ -450,7 +450,7 @@ class ConsumerRuntime:
         if error is None:
             outcome = settled.result()
         elif isinstance(error, ServiceUnavailable):
-            log.warning("%s: %s; the message goes back to its queue", self.name, _one_line(error))
+            log.warning("%s: %s; the message goes back to its queue", self.name, one_line(error))
             outcome = Outcome.reject(requeue=True)
         else:
             log.error(
@@ -517,8 +517,3 @@ def run_consumers(
 
 def _nothing() -> None:
     pass
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or exc.__class__.__name__
-    return text.splitlines()[0]

@@ -101,3 +101,10 @@ class BlockedAddress(PermanentError):
 
     def __init__(self, detail: str) -> None:
         super().__init__("blocked_address", detail)
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an error's text, or its class's name if it has none: what a log line
+    that must stay one line says of it."""
+    text = str(exc).strip() or exc.__class__.__name__
+    return text.splitlines()[0]
