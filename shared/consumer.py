@@ -30,7 +30,6 @@ has already requeued everything unacked, so outcomes from an older generation ar
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -51,6 +50,7 @@ from shared.errors import ServiceUnavailable, one_line
 from shared.holds import HeldMessages
 from shared.local_buffer import LocalItem, LocalQueue
 from shared.settings import Settings
+from shared.settling import Settling
 from shared.signals import off_the_handler
 from shared.topology import build_topology
 
@@ -81,7 +81,7 @@ RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONN
 POLL_S = 5.0
 
 
-class ConsumerRuntime:
+class ConsumerRuntime(Settling):
     def __init__(
         self,
         settings: Settings,
@@ -279,36 +279,6 @@ class ConsumerRuntime:
             outcome.hold_s,
         )
 
-    def _settle_waiting(self) -> None:
-        with self._settled_lock:
-            waiting, self._settled = self._settled, collections.deque()
-        for generation, tag, outcome in waiting:
-            self._settle(generation, tag, outcome)
-
-    def _settle(self, generation: int, tag: int, outcome: Outcome) -> None:
-        if generation != self._generation or tag not in self._unsettled:
-            return  # from a closed channel: the broker has requeued it already
-        try:
-            for publication in outcome.publications:
-                broker.publish(self._publish_channel, publication)
-        except broker.PublishFailed as exc:
-            log.warning("%s could not publish (%s); returning the message to its queue", self.name, exc)
-            self._channel.basic_nack(tag, requeue=True)
-        except broker.UNPUBLISHABLE as exc:
-            # Our bug (e.g. a header AMQP cannot encode): dead-letter the original, do not crash-loop.
-            log.error(
-                "%s cannot encode an outgoing message (%s); dead-lettering the original", self.name, exc
-            )
-            self._channel.basic_reject(tag, requeue=False)
-        else:
-            if outcome.ack:
-                # Where pika allows, queued: the acks of one wake go out together on the loop's
-                # next poll, which follows at once (and a close sends queued frames first).
-                self._ack(tag)
-            else:
-                self._channel.basic_reject(tag, requeue=outcome.requeue)
-        self._unsettled.discard(tag)
-
     def _drain(self) -> None:
         """Stop taking messages; let in-flight ones finish (bounded); unstarted ones go back."""
         for consumer_tag in list(self._channel.consumer_tags):
@@ -443,36 +413,6 @@ class ConsumerRuntime:
         return retrying.patiently(
             ServiceUnavailable, stop_when_event_set(self.stop_event), self.stop_event.wait, on_pause
         )
-
-    def _hand_back_settled(self, item: LocalItem, settled: concurrent.futures.Future[Outcome]) -> None:
-        """On the thread that resolved `settled`."""
-        error = settled.exception()
-        if error is None:
-            outcome = settled.result()
-        elif isinstance(error, ServiceUnavailable):
-            log.warning("%s: %s; the message goes back to its queue", self.name, one_line(error))
-            outcome = Outcome.reject(requeue=True)
-        else:
-            log.error(
-                "%s failed to finish a message from %s; dead-lettering it",
-                self.name,
-                item.delivery.queue,
-                exc_info=error,
-            )
-            outcome = Outcome.reject(requeue=False)
-        self._hand_back(item, outcome)
-
-    def _hand_back(self, item: LocalItem, outcome: Outcome) -> None:
-        connection = self._connection
-        if connection is None:
-            return
-        with self._settled_lock:
-            first = not self._settled
-            self._settled.append((item.generation, item.tag, outcome))
-        if first:  # otherwise a wake is already on its way
-            # If the connection closed meanwhile, the broker requeues the message by itself.
-            with contextlib.suppress(*broker.CONNECTION_ERRORS):
-                connection.add_callback_threadsafe(self._settle_waiting)
 
 
 def run_consumers(
