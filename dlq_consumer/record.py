@@ -48,7 +48,7 @@ _HEX = frozenset("0123456789abcdef")
 
 
 class ReceivedMessage(Protocol):
-    """The parts of a delivery this module reads (shared.consumer.Delivery has them)."""
+    """The parts of a delivery this module reads (shared.deliveries.Delivery has them)."""
 
     @property
     def body(self) -> bytes: ...
