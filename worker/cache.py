@@ -49,7 +49,7 @@ _ZLIB_LEVEL = 1
 
 
 class ResponseCache:
-    """The handler's Cache (worker/handler.py): entries by URL, with their freshness."""
+    """The handler's Cache (worker/ports.py): entries by URL, with their freshness."""
 
     def __init__(
         self,
