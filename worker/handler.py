@@ -17,7 +17,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from shared.topology import (
 )
 from shared.urls import domain_of
 from worker.handled import delivery_kind
+from worker.handling_log import log, log_context
 from worker.html_builder import new_soup
 from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
 from worker.politeness import HeldSlot, TryLater
@@ -58,8 +58,6 @@ from worker.profiles import Profiles
 from worker.response import Response
 from worker.robots import RobotsAnswer, RobotsRules
 from worker.store import PageRow, SkipRow
-
-log = logging.getLogger(__name__)
 
 SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip() is given
 # Every reason a TryLater is raised with (worker/politeness.py, robots.py, proxies.py): a URL
@@ -242,7 +240,9 @@ class CrawlHandler:
             task, kind, from_producer=not delivery.headers, counted=back_from_hold
         ):
             return False
-        log.info("already handled %s run=%s: acked, not fetched", task.url, task.run_id, extra=_context(task))
+        log.info(
+            "already handled %s run=%s: acked, not fetched", task.url, task.run_id, extra=log_context(task)
+        )
         return True
 
     def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
@@ -346,7 +346,7 @@ class CrawlHandler:
                     response.from_cache,
                     response.not_modified,
                     progress.attempt + 1,
-                    extra=_context(task),
+                    extra=log_context(task),
                 )
             except Exception as exc:  # a lost mark costs at most one fetch
                 log.warning("after storing %s: %s", task.url, exc)
@@ -362,7 +362,7 @@ class CrawlHandler:
         if self.handled is not None:
             self.handled.mark_later(task)
         metrics.SKIPS.labels(reason).inc()
-        log.info("skipped %s run=%s: %s (%s)", task.url, task.run_id, reason, detail, extra=_context(task))
+        log.info("skipped %s run=%s: %s (%s)", task.url, task.run_id, reason, detail, extra=log_context(task))
         return Outcome.done()
 
     def _extract(self, url: str, html: str) -> tuple[str | None, dict[str, Any]]:
@@ -450,7 +450,7 @@ class CrawlHandler:
             delay_ms,
             failed.attempt,
             exc,
-            extra=_context(task),
+            extra=log_context(task),
         )
         metrics.RETRIES.labels(exc.reason).inc()
         return Outcome.forward(
@@ -603,8 +603,3 @@ def _back_with_its_slot(memo: object) -> TypeGuard[Waiting]:
     """Whether a delivery's memo is that of a URL back from its hold to be sent on the slot
     reserved for it."""
     return isinstance(memo, Waiting) and memo.slot is not None
-
-
-def _context(task: CrawlTask) -> dict[str, str]:
-    """Fields JSON log lines carry for a URL (shared.cli.JsonFormatter)."""
-    return {"run_id": task.run_id, "url": task.url}
