@@ -14,7 +14,7 @@ Where each metric is counted (label values in brackets):
                                    (not robots.txt): observe(seconds), also for failed fetches
       HTTP_RESPONSES[code]         every HTTP answer to a page fetch, by status code ("200",
                                    "304", "404", "503", ...); a fetch with no answer counts nothing
-      RETRIES[reason]              when a transient failure is sent to a retry queue (_retry)
+      RETRIES[reason]              when a transient failure is sent to a retry queue (worker/forwards.py)
       CACHE_HITS                   a page answered from a fresh cache entry, without a request
       NOT_MODIFIED                 a 304 that revalidated a cached entry
       RATE_LIMIT_WAITS             each request the domain gate held back in-process (its rate,

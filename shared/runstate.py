@@ -12,7 +12,7 @@ The hold queues: one durable direct exchange `<ns>.held`, in the topology every 
 declares, and a queue `<ns>.held.<run>` bound to it with the run id as its key, declared by
 `pause` before it sets the state, so a worker that sees the state always finds where to publish.
 `resume` and `cancel` unbind the queue before they empty and delete it; a worker's hold that
-finds no queue bound goes to a defer queue instead (worker/handler.py).
+finds no queue bound goes to a defer queue instead (worker/forwards.py).
 """
 
 from __future__ import annotations

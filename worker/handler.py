@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
 from shared import metrics
-from shared.broker import Publication
 from shared.consumer import Delivery, Outcome
 from shared.errors import (
     BlockedAddress,
@@ -32,22 +31,15 @@ from shared.errors import (
     PermanentError,
     PipelineError,
     ServiceUnavailable,
-    TaskError,
     TransientError,
     UnstorableRow,
 )
-from shared.message_bounds import bounded_body
-from shared.messages import CrawlTask, Failure, Progress
-from shared.runstate import CANCELLED, PAUSED, held_exchange
+from shared.messages import CrawlTask, Progress
+from shared.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
-from shared.topology import (
-    Topology,
-    dead_letter_exchange,
-    defer_exchange,
-    delay_routing_key,
-    retry_exchange,
-)
+from shared.topology import Topology
 from shared.urls import domain_of
+from worker.forwards import dead_letter, defer, hold_paused, retry
 from worker.handled import delivery_kind
 from worker.handling_log import log, log_context
 from worker.html_builder import new_soup
@@ -65,7 +57,6 @@ SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip(
 WAIT_REASONS = ("rate", "busy", "paused", "spacing", "robots_pending", "proxies_benched")
 
 T = TypeVar("T")
-HOLD_UNROUTABLE_WAIT_S = 5.0  # how long a paused run's message with no hold queue waits to come back
 # Domains whose held slots a worker remembers (CrawlHandler._will_be_held) before it forgets
 # the ones whose slots have passed.
 SLOTS_REMEMBERED = 4096
@@ -132,8 +123,13 @@ class CrawlHandler:
         except DecodeError as exc:
             log.warning("%s message on %s: %s", exc.reason, delivery.queue, exc.detail)
             # Counts that were in range are kept; a bad one reads as absent.
-            return self._dead_letter(
-                delivery.body, delivery.queue, Progress.from_headers(delivery.headers), exc
+            return dead_letter(
+                self.topology,
+                self.settings.worker_id,
+                delivery.body,
+                delivery.queue,
+                Progress.from_headers(delivery.headers),
+                exc,
             )
         self._read_ahead(delivery, task)
         if self.handled is not None and self._checks_ride_with_the_send(delivery, progress):
@@ -175,17 +171,21 @@ class CrawlHandler:
             held_s = time.monotonic() - waiting.since + later.wait_s
             if later.wait_s <= self.settings.max_hold_s and held_s <= 2 * self.settings.max_hold_s:
                 return self._wait_here(task, later, waiting)
-            return self._defer(delivery.body, task, progress, later)
+            return defer(self.topology, delivery.body, task, progress, later)
         except TransientError as exc:
             self._stop_if_settled_meanwhile()  # a URL settled elsewhere is not retried
             failed = progress.failed_once_more(self.clock())
             if failed.attempt >= self.settings.max_attempts:
-                return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
-            return self._retry(delivery.body, task, failed, exc)
+                return dead_letter(
+                    self.topology, self.settings.worker_id, delivery.body, task.queue, failed, exc, task.url
+                )
+            return retry(self.topology, self.settings, delivery.body, task, failed, exc)
         except PermanentError as exc:
             self._stop_if_settled_meanwhile()  # nor dead-lettered
             failed = progress.failed_once_more(self.clock())
-            return self._dead_letter(delivery.body, task.queue, failed, exc, task.url)
+            return dead_letter(
+                self.topology, self.settings.worker_id, delivery.body, task.queue, failed, exc, task.url
+            )
 
     def _read_ahead(self, delivery: Delivery, task: CrawlTask) -> None:
         """A URL's cache read, and its run's state when the worker's copy is stale, go with the
@@ -226,7 +226,7 @@ class CrawlHandler:
             return None
         state = self.run_states.state(task.run_id)
         if state == PAUSED:
-            return self._hold(body, task, progress)
+            return hold_paused(self.topology, body, task, progress)
         if state == CANCELLED:
             return self._skip(task, "cancelled", "the run was cancelled by an operator", progress)
         return None
@@ -326,7 +326,11 @@ class CrawlHandler:
 
         def committed(error: BaseException | None) -> None:  # on the store's writer thread
             if isinstance(error, UnstorableRow):  # dead-lettered; acked once that is confirmed
-                settled.set_result(self._dead_letter(body, task.queue, progress, error, task.url))
+                settled.set_result(
+                    dead_letter(
+                        self.topology, self.settings.worker_id, body, task.queue, progress, error, task.url
+                    )
+                )
                 return
             if error is not None:
                 settled.set_exception(error)
@@ -358,7 +362,15 @@ class CrawlHandler:
         try:
             self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
         except UnstorableRow as exc:
-            return self._dead_letter(self._local.delivery.body, task.queue, progress, exc, task.url)
+            return dead_letter(
+                self.topology,
+                self.settings.worker_id,
+                self._local.delivery.body,
+                task.queue,
+                progress,
+                exc,
+                task.url,
+            )
         if self.handled is not None:
             self.handled.mark_later(task)
         metrics.SKIPS.labels(reason).inc()
@@ -441,28 +453,6 @@ class CrawlHandler:
             self.delivery_limit.before_risk()
         return send()
 
-    def _retry(self, body: bytes, task: CrawlTask, failed: Progress, exc: TaskError) -> Outcome:
-        delay_ms = self.topology.delay_ms_for(self.settings.retry_delay_s(failed.attempt))
-        log.info(
-            "retrying %s run=%s in %dms after attempt %d: %s",
-            task.url,
-            task.run_id,
-            delay_ms,
-            failed.attempt,
-            exc,
-            extra=log_context(task),
-        )
-        metrics.RETRIES.labels(exc.reason).inc()
-        return Outcome.forward(
-            Publication(
-                retry_exchange(self.topology.namespace),
-                delay_routing_key(delay_ms, task.queue),
-                body,
-                failed.to_headers(),
-                task.priority or None,
-            )
-        )
-
     def _wait_here(self, task: CrawlTask, later: TryLater, waiting: Waiting) -> Outcome:
         """Kept unacked in this worker until the domain can take it, its slot (if reserved)
         with it; the fetch thread goes on meanwhile, and a crash gives the URL back to the
@@ -472,62 +462,6 @@ class CrawlHandler:
         if later.slot is not None:
             self._note_slot_held(later.slot.domain, later.wait_s)
         return Outcome.hold(later.wait_s, Waiting(waiting.since, later.slot, self._local.cache_missed))
-
-    def _defer(self, body: bytes, task: CrawlTask, progress: Progress, later: TryLater) -> Outcome:
-        """The domain cannot take the URL for longer than we wait in-process: back through a
-        defer queue, with no attempt charged. The message is acked only once its copy is confirmed."""
-        delay_ms = self.topology.defer_delay_ms_for(later.wait_s)
-        log.debug("deferring %s by %dms (%s)", task.url, delay_ms, later.reason)
-        metrics.DEFERRALS.labels(later.reason).inc()
-        return Outcome.forward(
-            Publication(
-                defer_exchange(self.topology.namespace),
-                delay_routing_key(delay_ms, task.queue),
-                body,
-                progress.to_headers(),
-                task.priority or None,
-            )
-        )
-
-    def _hold(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome:
-        """A paused run's URL goes, once, to the run's hold queue, where nothing consumes it
-        until `resume` moves it back; acked once its copy there is confirmed."""
-        log.debug("holding %s: run %s is paused", task.url, task.run_id)
-        # No hold queue bound (`resume` or `cancel` took it away while this worker still saw
-        # `paused`, or it was deleted): through a defer queue instead, so the message comes
-        # back once the new state is seen, rather than bouncing on its work queue.
-        delay_ms = self.topology.defer_delay_ms_for(HOLD_UNROUTABLE_WAIT_S)
-        return Outcome.forward(
-            Publication(
-                held_exchange(self.topology.namespace),
-                task.run_id,
-                body,
-                progress.to_headers(),
-                task.priority or None,
-                if_unroutable=Publication(
-                    defer_exchange(self.topology.namespace),
-                    delay_routing_key(delay_ms, task.queue),
-                    body,
-                    progress.to_headers(),
-                    task.priority or None,
-                ),
-            )
-        )
-
-    def _dead_letter(
-        self, body: bytes, origin: str, progress: Progress, exc: TaskError, url: str = ""
-    ) -> Outcome:
-        log.warning("dead-lettering %s after %d attempts: %s", url or "<undecodable>", progress.attempt, exc)
-        failure = Failure(exc.reason, exc.detail, exc.http_status, origin, self.settings.worker_id)
-        body, about_body = bounded_body(body)
-        return Outcome.forward(
-            Publication(
-                dead_letter_exchange(self.topology.namespace),
-                origin,
-                body,
-                {**progress.to_headers(), **failure.to_headers(), **about_body},
-            )
-        )
 
     def _row(
         self,

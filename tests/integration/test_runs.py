@@ -24,7 +24,8 @@ from shared.topology import build_topology, defer_queue, work_queue
 from tests.e2e.conftest import service_env
 from tests.fakes import FakeRunStates
 from worker.cache import ResponseCache
-from worker.handler import HOLD_UNROUTABLE_WAIT_S, CrawlHandler
+from worker.forwards import HOLD_UNROUTABLE_WAIT_S
+from worker.handler import CrawlHandler
 
 pytestmark = pytest.mark.integration
 
