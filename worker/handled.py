@@ -23,7 +23,7 @@ and a URL already settled as `duplicate_deliveries` (all kinds) and
 `duplicate_deliveries.<kind>`: a second copy the producer published is told apart from a
 redelivery of one message.
 
-A URL held in the worker for its domain's next slot (worker/handler.py) is checked again
+A URL held in the worker for its domain's next slot (worker/waits.py) is checked again
 before it is fetched, counting nothing unless it is settled: one HGET, read ahead so that it
 rides in the round trip that clears the send.
 

@@ -26,7 +26,7 @@ from shared.settings import Settings
 from shared.topology import build_topology
 from tests.fakes import FakeLimiter, FakeRunStates, FakeTime
 from worker.domain_limiter import Reservation
-from worker.handler import CrawlHandler, Parked, Waiting
+from worker.handler import CrawlHandler
 from worker.politeness import (
     RATE_HEADROOM,
     DomainGate,
@@ -38,6 +38,7 @@ from worker.robots import Robots, RobotsAnswer, RobotsRules
 from worker.store_rows import PageRow, SkipRow
 from worker.try_later import HeldSlot, TryLater
 from worker.verdicts import Throttled
+from worker.waits import Parked, Waiting
 
 pytestmark = pytest.mark.unit
 
@@ -924,7 +925,7 @@ def test_every_wait_reason_raised_is_listed_for_its_metric_series() -> None:
     import ast
     import inspect
 
-    from worker import handler, politeness, proxies, ratelimit_scripts, robots
+    from worker import politeness, proxies, ratelimit_scripts, robots, waits
 
     given = {
         call.args[1].value
@@ -939,7 +940,7 @@ def test_every_wait_reason_raised_is_listed_for_its_metric_series() -> None:
     from_scripts = {"rate", "busy", "paused", "spacing"}
     source = inspect.getsource(ratelimit_scripts)
     assert all(f"'{reason}'" in source for reason in from_scripts)
-    assert given and given | from_scripts <= set(handler.WAIT_REASONS)
+    assert given and given | from_scripts <= set(waits.WAIT_REASONS)
 
 
 def test_a_url_whose_domain_waits_here_is_parked_until_that_slot_and_counted_when_handled() -> None:
