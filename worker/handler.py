@@ -13,15 +13,13 @@ unprocessed.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
-import hashlib
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from shared import metrics
 from shared.consumer import Delivery, Outcome
@@ -32,7 +30,6 @@ from shared.errors import (
     PipelineError,
     ServiceUnavailable,
     TransientError,
-    UnstorableRow,
 )
 from shared.messages import CrawlTask, Progress
 from shared.runstate import CANCELLED, PAUSED
@@ -42,14 +39,13 @@ from shared.urls import domain_of
 from worker.forwards import dead_letter, defer, hold_paused, retry
 from worker.handled import delivery_kind
 from worker.handling_log import log, log_context
-from worker.html_builder import new_soup
-from worker.parse import ParsedPage, decode_html, parse_budget, parse_page
+from worker.parse import decode_html, parse_budget, parse_page
 from worker.politeness import TryLater
 from worker.ports import Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
 from worker.profiles import Profiles
 from worker.response import Response
 from worker.robots import RobotsAnswer, RobotsRules
-from worker.store import PageRow, SkipRow
+from worker.rows import StoresRows, page_row, profile_fields
 from worker.waits import WAIT_REASONS, HoldsForSlots, Parked, Waiting, back_with_its_slot
 
 SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip() is given
@@ -58,7 +54,7 @@ T = TypeVar("T")
 
 
 @dataclass
-class CrawlHandler(HoldsForSlots):
+class CrawlHandler(HoldsForSlots, StoresRows):
     settings: Settings
     topology: Topology
     fetch: Fetch  # shared by the handler threads
@@ -249,8 +245,8 @@ class CrawlHandler(HoldsForSlots):
         with self._parse_lock:
             html = decode_html(response.body, response.content_type)
             page = parse_page(html, response.final_url, budget=self._parse_budget)
-            profile, extracted = self._extract(task.url, html)
-        row = self._row(task, response, page, progress, profile, extracted)
+            profile, extracted = profile_fields(self.profiles, task.url, html, self._parse_budget)
+        row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
         return self._store_later(task, row, response, progress)
 
     def _mark_handling(self) -> None:
@@ -259,78 +255,6 @@ class CrawlHandler(HoldsForSlots):
         if self.delivery_limit is not None and not self._local.marked:
             self.delivery_limit.mark_handling(self._local.delivery)
             self._local.marked = True
-
-    def _store_later(self, task: CrawlTask, row: PageRow, response: Response, progress: Progress) -> Outcome:
-        """Hand the row to the store and go on: the message is acked once its row is committed.
-        The store keeps the row through a short database outage, so the page is not fetched
-        again; past that the message goes back to its queue."""
-        settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-
-        body = self._local.delivery.body
-
-        def committed(error: BaseException | None) -> None:  # on the store's writer thread
-            if isinstance(error, UnstorableRow):  # dead-lettered; acked once that is confirmed
-                settled.set_result(
-                    dead_letter(
-                        self.topology, self.settings.worker_id, body, task.queue, progress, error, task.url
-                    )
-                )
-                return
-            if error is not None:
-                settled.set_exception(error)
-                return
-            # Settled first: the row is committed, and a mark or a log line that fails must
-            # not leave the message unacked for good.
-            settled.set_result(Outcome.done())
-            metrics.PAGES_STORED.labels(task.queue).inc()
-            try:
-                if self.handled is not None:
-                    self.handled.mark_later(task)
-                log.info(
-                    "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
-                    task.url,
-                    task.run_id,
-                    response.status,
-                    response.from_cache,
-                    response.not_modified,
-                    progress.attempt + 1,
-                    extra=log_context(task),
-                )
-            except Exception as exc:  # a lost mark costs at most one fetch
-                log.warning("after storing %s: %s", task.url, exc)
-
-        self.store.save_page_later(row, committed)
-        return Outcome.after(settled)
-
-    def _skip(self, task: CrawlTask, reason: str, detail: str, progress: Progress) -> Outcome:
-        try:
-            self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
-        except UnstorableRow as exc:
-            return dead_letter(
-                self.topology,
-                self.settings.worker_id,
-                self._local.delivery.body,
-                task.queue,
-                progress,
-                exc,
-                task.url,
-            )
-        if self.handled is not None:
-            self.handled.mark_later(task)
-        metrics.SKIPS.labels(reason).inc()
-        log.info("skipped %s run=%s: %s (%s)", task.url, task.run_id, reason, detail, extra=log_context(task))
-        return Outcome.done()
-
-    def _extract(self, url: str, html: str) -> tuple[str | None, dict[str, Any]]:
-        """Fields of the extraction profile for this URL; the page is parsed again only when one
-        applies, so crawls without profiles pay nothing."""
-        if self.profiles.for_url(url) is None:
-            return None, {}
-        try:
-            return self.profiles.extract(url, new_soup(html, budget=self._parse_budget))
-        except Exception as exc:  # hostile markup can break any parser; the page is still stored
-            log.warning("extraction profile failed on %s: %s", url, exc)
-            return None, {}
 
     def _robots_rules(self, url: str) -> RobotsRules | None:
         if not self.settings.respect_robots:
@@ -396,41 +320,6 @@ class CrawlHandler(HoldsForSlots):
             self._mark_handling()  # held already, unless _will_be_held guessed wrong
             self.delivery_limit.before_risk()
         return send()
-
-    def _row(
-        self,
-        task: CrawlTask,
-        response: Response,
-        page: ParsedPage,
-        progress: Progress,
-        profile: str | None,
-        extracted: dict[str, Any],
-    ) -> PageRow:
-        return PageRow(
-            run_id=task.run_id,
-            url=task.url,
-            final_url=response.final_url,
-            http_status=response.status,
-            content_type=response.content_type or "",
-            title=page.title,
-            meta_description=page.description,
-            canonical_url=page.canonical_url,
-            lang=page.lang,
-            h1=page.h1,
-            body_text=page.text,
-            links=list(page.links),
-            queue=task.queue,
-            failed_attempts=progress.attempt,
-            from_cache=response.from_cache,
-            fetch_ms=response.fetch_ms,
-            worker_id=self.settings.worker_id,
-            not_modified=response.not_modified,
-            proxy=response.proxy,
-            content_hash=hashlib.blake2b(page.text.encode(), digest_size=16).hexdigest(),
-            profile=profile,
-            extracted=extracted,
-            previous_run=task.recrawl_of,
-        )
 
 
 class _SettledMeanwhile(PipelineError):
