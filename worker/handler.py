@@ -27,7 +27,6 @@ from shared.errors import (
     BlockedAddress,
     DecodeError,
     PermanentError,
-    PipelineError,
     ServiceUnavailable,
     TransientError,
 )
@@ -37,8 +36,7 @@ from shared.settings import Settings
 from shared.topology import Topology
 from shared.urls import domain_of
 from worker.forwards import dead_letter, defer, hold_paused, retry
-from worker.handled import delivery_kind
-from worker.handling_log import log, log_context
+from worker.handling_log import log
 from worker.parse import decode_html, parse_budget, parse_page
 from worker.politeness import TryLater
 from worker.ports import Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
@@ -46,6 +44,7 @@ from worker.profiles import Profiles
 from worker.response import Response
 from worker.robots import RobotsAnswer, RobotsRules
 from worker.rows import StoresRows, page_row, profile_fields
+from worker.settled import SettledMeanwhile, already_handled, checks_ride_with_the_send, read_ahead
 from worker.waits import WAIT_REASONS, HoldsForSlots, Parked, Waiting, back_with_its_slot
 
 SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip() is given
@@ -120,15 +119,15 @@ class CrawlHandler(HoldsForSlots, StoresRows):
                 Progress.from_headers(delivery.headers),
                 exc,
             )
-        self._read_ahead(delivery, task)
-        if self.handled is not None and self._checks_ride_with_the_send(delivery, progress):
+        read_ahead(self.cache, self.run_states, delivery, task)
+        if self.handled is not None and checks_ride_with_the_send(delivery, progress):
             self.handled.read_ahead(task)  # its mark, to go with the clearance
             self._local.checks_due = (task, progress)
         elif (settled := self._settled(delivery, task, progress)) is not None:
             return settled
         try:
             return self._crawled(delivery, task, progress)
-        except _SettledMeanwhile as meanwhile:
+        except SettledMeanwhile as meanwhile:
             if meanwhile.handled:
                 return Outcome.done()
             return self._by_run_state(delivery.body, task, progress) or Outcome.done()
@@ -139,7 +138,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         # Before the run's state: every delivery is counted by kind, once (worker/handled.py),
         # and a second copy of a URL already stored or skipped keeps that one outcome, held
         # or cancelled alike (a `cancelled` skip on top would count the URL twice).
-        if self._already_handled(delivery, task, progress):
+        if already_handled(self.handled, delivery, task, progress):
             return Outcome.done()
         return self._by_run_state(delivery.body, task, progress)
 
@@ -176,27 +175,8 @@ class CrawlHandler(HoldsForSlots, StoresRows):
                 self.topology, self.settings.worker_id, delivery.body, task.queue, failed, exc, task.url
             )
 
-    def _read_ahead(self, delivery: Delivery, task: CrawlTask) -> None:
-        """A URL's cache read, and its run's state when the worker's copy is stale, go with the
-        "already handled?" check, in one round trip. A URL back from a hold reads the cache
-        again, if at all, when it comes to that; the run's state it reads again, as it does on
-        arrival: at 2 pages a second a worker's copy is stale most of the time."""
-        if not isinstance(delivery.memo, Waiting):
-            self.cache.read_ahead(task.url)
-        if self.run_states is not None:
-            self.run_states.read_ahead(task.run_id)
-
-    def _checks_ride_with_the_send(self, delivery: Delivery, progress: Progress) -> bool:
-        """Whether this delivery's checks (another copy settled? the run paused or cancelled?)
-        wait for the Redis command that clears its send. A URL back from a hold with its slot
-        was checked when it came; checked again before it is fetched, but in the clearance's
-        round trip, not one of its own: that was one of two round trips a held page made on
-        its way back, in a polite crawl's every page. The slot is spent if the answer is no."""
-        memo = delivery.memo
-        return not progress.replays and back_with_its_slot(memo)
-
     def _stop_if_settled_meanwhile(self) -> None:
-        """Raises _SettledMeanwhile when the checks still due stop the URL; answered from the
+        """Raises SettledMeanwhile when the checks still due stop the URL; answered from the
         replies read ahead when a command has carried them, else at the cost of a round trip."""
         due = self._local.checks_due
         if due is None:
@@ -204,10 +184,10 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         self._local.checks_due = None
         task, progress = due
         delivery = self._local.delivery
-        if self._already_handled(delivery, task, progress):
-            raise _SettledMeanwhile(handled=True)
+        if already_handled(self.handled, delivery, task, progress):
+            raise SettledMeanwhile(handled=True)
         if self.run_states is not None and self.run_states.state(task.run_id) in (PAUSED, CANCELLED):
-            raise _SettledMeanwhile(handled=False)
+            raise SettledMeanwhile(handled=False)
 
     def _by_run_state(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome | None:
         """The outcome of a task of a paused or cancelled run; None for a run that goes on."""
@@ -219,20 +199,6 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         if state == CANCELLED:
             return self._skip(task, "cancelled", "the run was cancelled by an operator", progress)
         return None
-
-    def _already_handled(self, delivery: Delivery, task: CrawlTask, progress: Progress) -> bool:
-        if self.handled is None or progress.replays:
-            return False
-        kind = delivery_kind(delivery.headers, delivery.redelivered)
-        back_from_hold = isinstance(delivery.memo, Waiting)  # counted when it first came
-        if not self.handled.already_handled(
-            task, kind, from_producer=not delivery.headers, counted=back_from_hold
-        ):
-            return False
-        log.info(
-            "already handled %s run=%s: acked, not fetched", task.url, task.run_id, extra=log_context(task)
-        )
-        return True
 
     def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
         if not self._will_be_held(task.url):
@@ -320,12 +286,3 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             self._mark_handling()  # held already, unless _will_be_held guessed wrong
             self.delivery_limit.before_risk()
         return send()
-
-
-class _SettledMeanwhile(PipelineError):
-    """A URL whose checks were due with its send found settled by another copy (`handled`),
-    or its run paused or cancelled: not fetched (see CrawlHandler._checks_ride_with_the_send)."""
-
-    def __init__(self, handled: bool) -> None:
-        super().__init__("handled" if handled else "run paused or cancelled")
-        self.handled = handled
