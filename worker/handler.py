@@ -9,6 +9,12 @@ the domain cannot take now (TryLater) is held unacked in the worker until it can
 reserved, when the gate could), or for a wait beyond MAX_HOLD_S goes to a defer queue, apart
 from the retries; either way without being charged an attempt: never dropped, never acked
 unprocessed.
+
+Here is the handling's course and the fetch; its parts live apart: the shapes of what the
+handler is handed (worker/ports.py), the holds of URLs waiting here for their domains' slots
+(worker/waits.py), the checks of a URL already settled (worker/settled.py), its rows
+(worker/rows.py) and the copies it forwards to a retry, defer or hold queue or the dead-letter
+exchange (worker/forwards.py).
 """
 
 from __future__ import annotations
@@ -23,13 +29,7 @@ from typing import TypeVar
 
 from shared import metrics
 from shared.consumer import Delivery, Outcome
-from shared.errors import (
-    BlockedAddress,
-    DecodeError,
-    PermanentError,
-    ServiceUnavailable,
-    TransientError,
-)
+from shared.errors import BlockedAddress, DecodeError, PermanentError, ServiceUnavailable, TransientError
 from shared.messages import CrawlTask, Progress
 from shared.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
@@ -86,7 +86,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         self._parse_lock = threading.Lock()
         # Bounds how long one page holds that lock, and what it costs (docs/SECURITY.md).
         self._parse_budget = parse_budget(self.settings)
-        self._slots_held = {}  # what it holds: HoldsForSlots
+        self._slots_held = {}  # domain -> when its furthest slot held here comes (HoldsForSlots)
 
     def __call__(self, delivery: Delivery) -> Outcome:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
