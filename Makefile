@@ -108,6 +108,7 @@ bench: install
 bench-politeness: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.politeness_cost --with-unbound --with-scrapy --repeat 2
+	$(PY) -m bench.politeness_cost --with-unbound --with-scrapy --bench-pages --idle-rate 0
 	$(PY) -m bench.politeness_cost --with-unbound --with-scrapy --real-pages --idle-rate 0
 
 # Topologies on this machine, all on loopback (docs/SCALING.md). PgBouncer in transaction

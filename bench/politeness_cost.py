@@ -28,7 +28,8 @@ seconds, so its figure is noisy, and pairs in the same minutes are the fairest c
 bound by the domain's concurrency cap (MAX_CONCURRENT_PER_DOMAIN, 8 in flight), the other way
 politeness binds. `--real-pages` serves real pages instead of the small synthetic ones: the
 first --pages of the Python documentation's 530 (bench/real_corpus.py, fetched by the bench),
-the pages users meet. `--repeat N` runs every crawl N times. Every run uses fresh names and
+the pages users meet. `--bench-pages` serves the ~6-KB pages `make bench` generates
+(bench/perf_site.py), between the two. `--repeat N` runs every crawl N times. Every run uses fresh names and
 removes its queues, keys and schema.
 
 `--with-scrapy` has Scrapy crawl the same pages after each of our crawls (bench/scrapy_run.py: the
@@ -66,6 +67,7 @@ from bench.measure import (
     services_delta,
     services_delta_by_name,
 )
+from bench.perf_site import page_html
 from bench.politeness import cleanup, wait_for_consumers, wait_for_first_hit
 from bench.real_corpus import CorpusUnavailable, ensure_corpus, page_paths
 from bench.site import Answer, Hit, LoggedSite, Route, most_in_any_window, pages_route
@@ -88,10 +90,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--workers", default="3,12", help="comma-separated worker counts (default 3,12)")
     parser.add_argument("--pages", type=int, default=200, help="pages of the one host (default 200)")
-    parser.add_argument(
+    kinds = parser.add_mutually_exclusive_group()
+    kinds.add_argument(
         "--real-pages",
         action="store_true",
         help="serve real pages (bench/real_corpus.py, at most its 530) instead of the small synthetic ones",
+    )
+    kinds.add_argument(
+        "--bench-pages",
+        action="store_true",
+        help="serve the pages `make bench` generates (bench/perf_site.py, about 6 KB, 20 links each) "
+        "instead of the small synthetic ones",
     )
     parser.add_argument("--rate", type=float, default=2.0, help="RATE_LIMIT_RPS; 0 = unbound (default 2)")
     parser.add_argument(
@@ -256,6 +265,12 @@ class SitePages:
         return cls([f"/p/{n}" for n in range(count)], pages_route)
 
     @classmethod
+    def generated(cls, count: int) -> SitePages:
+        """The pages `make bench` crawls (bench/perf_site.py: about 6 KB, a title, a description,
+        a canonical link, headings, paragraphs and 20 links) at /p/0.html ... /p/<count - 1>.html."""
+        return cls([f"/p/{n}.html" for n in range(count)], generated_route(count))
+
+    @classmethod
     def real(cls, count: int) -> SitePages:
         """The first `count` pages of the real corpus, a fair mix of sizes (bench/real_corpus.py)."""
         root = ensure_corpus()
@@ -279,6 +294,22 @@ class SitePages:
 
     def write_urls(self, site: LoggedSite, path: Path) -> None:
         path.write_text("".join(f"{site.url(page)}\n" for page in self.paths), encoding="utf-8")
+
+
+def generated_route(count: int) -> Route:
+    """robots.txt allowing everything, bench/perf_site.py's page n at /p/<n>.html, 404 for any
+    other path."""
+
+    def route(hit: Hit) -> Answer:
+        if hit.path == "/robots.txt":
+            return pages_route(hit)
+        number = hit.path.removeprefix("/p/").removesuffix(".html")
+        if not (number.isdigit() and hit.path == f"/p/{number}.html" and int(number) < count):
+            return Answer(404, b"", {"Content-Type": "text/plain"})
+        body = page_html(f"http://{hit.domain}", int(number), count)
+        return Answer(200, body, {"Content-Type": "text/html; charset=utf-8"})
+
+    return route
 
 
 def corpus_route(bodies: dict[str, bytes]) -> Route:
@@ -563,12 +594,11 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="politeness-cost-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        pages = SitePages.real(args.pages) if args.real_pages else SitePages.synthetic(args.pages)
+        pages, kind = site_pages(args)
     except CorpusUnavailable as exc:
         print(f"error: --real-pages: {exc}", file=sys.stderr)
         return 2
     runs = run_all(args, pages, log_dir)
-    kind = "real pages (bench/real_corpus.py)" if args.real_pages else "small synthetic pages"
     print(f"\n{args.pages} {kind} of one host; CPU in ms a page; logs in {log_dir}")
     print(f"RabbitMQ's management plugin: {management_plugin_state()}")
     print_tables(runs, args.pages)
@@ -588,6 +618,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     return 0 if bound is None or all(r.worst_window <= bound for r in runs.ours) else 1
+
+
+def site_pages(args: argparse.Namespace) -> tuple[SitePages, str]:
+    """What the one host serves, and its name in the summary."""
+    if args.real_pages:
+        return SitePages.real(args.pages), "real pages (bench/real_corpus.py)"
+    if args.bench_pages:
+        return SitePages.generated(args.pages), "generated pages of about 6 KB (bench/perf_site.py)"
+    return SitePages.synthetic(args.pages), "small synthetic pages"
 
 
 def management_plugin_state() -> str:

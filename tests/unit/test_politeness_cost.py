@@ -87,3 +87,21 @@ def test_the_synthetic_site_asks_for_as_many_distinct_pages_as_the_crawl_has() -
     pages = SitePages.synthetic(3)
     assert pages.paths == ["/p/0", "/p/1", "/p/2"]
     assert pages.route(hit("/p/1")).status == 200
+
+
+def test_the_generated_site_serves_make_bench_pages_linking_to_its_own_host() -> None:
+    pages = SitePages.generated(3)
+    assert pages.paths == ["/p/0.html", "/p/1.html", "/p/2.html"]
+    page = pages.route(hit("/p/2.html"))
+    assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
+    assert b'<link rel="canonical" href="http://127.0.0.1:1/p/2.html">' in page.body
+    assert 5_000 < len(page.body) < 8_000 and page.body.count(b"<a href=") == 20
+    assert pages.route(hit("/robots.txt")).status == 200
+    for outside in ("/p/3.html", "/p/x.html", "/p/1", "/other"):
+        assert pages.route(hit(outside)).status == 404, outside
+
+
+def test_real_and_generated_pages_cannot_both_be_served() -> None:
+    with pytest.raises(SystemExit) as refused:
+        parse_args(["--real-pages", "--bench-pages"])
+    assert refused.value.code == 2
