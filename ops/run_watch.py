@@ -24,7 +24,7 @@ import redis
 from ops.accounting import Tally
 from ops.crawl_processes import CrawlFailed
 from shared import broker
-from shared.errors import ServiceUnavailable
+from shared.errors import ServiceUnavailable, one_line
 from shared.keys import Keys
 from shared.messages import QUEUE_KINDS
 from shared.progress import Snapshot
@@ -87,7 +87,7 @@ class RunWatch:
             now = self._clock()
             if self._unreachable_since is None:
                 self._unreachable_since = now
-            self.unreachable = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.unreachable = one_line(exc)
             if now - self._unreachable_since >= self._outage_limit_s:
                 raise CrawlFailed(
                     f"progress could not be read for {self._outage_limit_s:.0f} s: {self.unreachable}"

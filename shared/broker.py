@@ -19,7 +19,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.adapters.utils.connection_workflow import AMQPConnectorException, AMQPConnectorStackTimeout
 
-from shared.errors import ConfigError, PipelineError, ServiceUnavailable
+from shared.errors import ConfigError, PipelineError, ServiceUnavailable, one_line
 from shared.settings import Settings, amqp_urls, redact
 from shared.topology import Topology
 
@@ -116,8 +116,7 @@ def _innermost(exc: BaseException) -> str:
         seen = inner.exception if hasattr(inner, "exception") else inner
         if isinstance(seen, OSError):
             return seen.strerror or str(seen)
-    text = str(seen).strip()
-    return text.splitlines()[0] if text else seen.__class__.__name__
+    return one_line(seen)
 
 
 def declare_topology(connection: pika.BlockingConnection, topology: Topology) -> None:

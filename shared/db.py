@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 
 from shared import pooled
-from shared.errors import ConfigError, ServiceUnavailable
+from shared.errors import ConfigError, ServiceUnavailable, one_line
 from shared.settings import Settings, redact
 
 log = logging.getLogger(__name__)
@@ -158,8 +158,7 @@ def is_data_error(exc: BaseException) -> bool:
 
 def error_line(exc: BaseException) -> str:
     """The database's message in one line, for a dead letter or a log line."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:500] if text else exc.__class__.__name__
+    return one_line(exc)[:500]
 
 
 @contextlib.contextmanager
@@ -175,5 +174,4 @@ def translate(settings: Settings) -> Iterator[None]:
 
 
 def _unavailable(settings: Settings, exc: BaseException) -> ServiceUnavailable:
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-    return ServiceUnavailable("PostgreSQL", redact(settings.database_url), detail, START_HINT)
+    return ServiceUnavailable("PostgreSQL", redact(settings.database_url), one_line(exc), START_HINT)

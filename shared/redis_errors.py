@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import redis
 import redis.exceptions
 
-from shared.errors import ServiceUnavailable
+from shared.errors import ServiceUnavailable, one_line
 from shared.settings import redact
 
 START_HINT = "start it with: redis-server --daemonize yes"
@@ -49,5 +49,4 @@ def translate_redis_errors(where: str | redis.Redis) -> Iterator[None]:
         redis.exceptions.ClusterDownError,
         redis.exceptions.TryAgainError,
     ) as exc:
-        detail = (str(exc).strip() or type(exc).__name__).splitlines()[0]  # one line for the user
-        raise ServiceUnavailable("Redis", redis_address(where), detail, START_HINT) from None
+        raise ServiceUnavailable("Redis", redis_address(where), one_line(exc), START_HINT) from None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
-from shared.errors import ConfigError
+from shared.errors import ConfigError, one_line
 from shared.redis_cluster import cluster_nodes, is_cluster_url
 
 # The schemes each service URL may have; anything else is a mistake to report before connecting.
@@ -334,7 +334,7 @@ def _check_with_client_libraries(settings: Settings) -> None:
         try:
             parse(url)
         except Exception as exc:  # each library has its own errors; none may reach the user raw
-            detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            detail = redact(one_line(exc))
             raise ConfigError(f"{name}: {redact(url)!r} is not usable: {detail[:200]}") from None
 
 
