@@ -28,7 +28,9 @@ from shared.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.messages import QUEUE_KINDS
 
-log = logging.getLogger(__name__)
+# The producer's log lines keep the logger they have always had, whichever of its modules writes
+# them: log filters and alerts select on it (the `logger` of docs/OPERATING.md's JSON logs).
+log = logging.getLogger("producer.pipeline")
 
 BATCHES_IN_FLIGHT = 8
 

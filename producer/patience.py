@@ -23,7 +23,9 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attem
 from shared import retrying
 from shared.errors import ServiceUnavailable
 
-log = logging.getLogger(__name__)
+# The producer's log lines keep the logger they have always had, whichever of its modules writes
+# them: log filters and alerts select on it (the `logger` of docs/OPERATING.md's JSON logs).
+log = logging.getLogger("producer.pipeline")
 
 T = TypeVar("T")
 

@@ -28,7 +28,9 @@ from shared import db, retrying
 from shared.errors import PipelineError, ServiceUnavailable, UnstorableRow
 from shared.settings import Settings
 
-log = logging.getLogger(__name__)
+# The writer's log lines keep the logger they have always had, whichever of its modules writes
+# them: log filters and alerts select on it (the `logger` of docs/OPERATING.md's JSON logs).
+log = logging.getLogger("worker.store")
 
 PATIENCE_S = 120.0  # how long a batch waits for an unreachable PostgreSQL before it fails
 
