@@ -81,6 +81,21 @@ class Children:
         return sum(c.cpu_s for c in self.finished if c.name.startswith(prefix))
 
 
+def children_of(pid: int) -> list[int]:
+    """The pids of a live process's children now running, whichever of its threads forked them.
+    A thread or a child that ends while they are read is passed over, not an error; a process
+    that has ended has none."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+    children = []
+    for task in tasks:
+        with contextlib.suppress(OSError):
+            children += [int(child) for child in (task / "children").read_text().split()]
+    return children
+
+
 def _peak_rss_mb(pid: int) -> float:
     """The peak resident memory (VmHWM) of a live process, or of the largest of the workers it
     forked (a worker pool); 0 once it has exited."""

@@ -61,6 +61,7 @@ import requests
 from psycopg import sql
 
 from bench.measure import (
+    children_of,
     free_port_block,
     proc_cpu_s,
     services_cpu_s,
@@ -141,13 +142,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def tree_cpu_s(pid: int) -> float:
     """utime + stime of a process and its children now running: a pool and its workers."""
-    children: list[str] = []
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            children += (task / "children").read_text().split()
-    except OSError:
-        pass
-    return proc_cpu_s(pid) + sum(proc_cpu_s(int(child)) for child in children)
+    return proc_cpu_s(pid) + sum(proc_cpu_s(child) for child in children_of(pid))
 
 
 @dataclass

@@ -3,6 +3,7 @@ interrupted crawl finished under the same run id, and a worker killed mid-crawl 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from bench.measure import children_of
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes, run_crawl
@@ -217,11 +219,10 @@ def worker_pids(parent: int | None = None) -> list[int]:
     """The children of `parent` (default: this process) that are workers: the pool's parent of
     a crawl, or a pool's workers, forked from it."""
     pids = []
-    for task in Path(f"/proc/{parent or os.getpid()}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if cmdline[1:3] == [b"-m", b"worker"]:
-                pids.append(int(pid))
+    for pid in children_of(parent or os.getpid()):
+        with contextlib.suppress(OSError):  # a child that ended meanwhile is no worker now
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"worker"]:
+                pids.append(pid)
     return pids
 
 

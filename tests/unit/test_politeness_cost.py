@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import threading
 
 import pytest
 
-from bench.measure import postmasters
+from bench.measure import children_of, postmasters
 from bench.politeness_cost import Result, SitePages, corpus_route, parse_args
 from bench.site import Hit
 
@@ -105,3 +109,21 @@ def test_real_and_generated_pages_cannot_both_be_served() -> None:
     with pytest.raises(SystemExit) as refused:
         parse_args(["--real-pages", "--bench-pages"])
     assert refused.value.code == 2
+
+
+def test_children_are_found_whichever_thread_forked_them_and_an_ended_process_has_none() -> None:
+    forked: list[subprocess.Popen[bytes]] = []
+    thread = threading.Thread(
+        target=lambda: forked.append(
+            subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE)
+        )
+    )
+    thread.start()
+    thread.join()
+    (child,) = forked
+    try:
+        assert child.pid in children_of(os.getpid())
+    finally:
+        child.communicate(b"\n", timeout=10)
+    assert child.pid not in children_of(os.getpid())
+    assert children_of(child.pid) == []
