@@ -295,13 +295,15 @@ def generated_route(count: int) -> Route:
     """robots.txt allowing everything, bench/perf_site.py's page n at /p/<n>.html, 404 for any
     other path."""
 
+    numbers = {f"/p/{n}.html": n for n in range(count)}
+
     def route(hit: Hit) -> Answer:
         if hit.path == "/robots.txt":
             return pages_route(hit)
-        number = hit.path.removeprefix("/p/").removesuffix(".html")
-        if not (number.isdigit() and hit.path == f"/p/{number}.html" and int(number) < count):
+        number = numbers.get(hit.path)
+        if number is None:
             return Answer(404, b"", {"Content-Type": "text/plain"})
-        body = page_html(f"http://{hit.domain}", int(number), count)
+        body = page_html(f"http://{hit.domain}", number, count)
         return Answer(200, body, {"Content-Type": "text/html; charset=utf-8"})
 
     return route

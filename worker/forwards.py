@@ -2,9 +2,9 @@
 acked only once the copy is confirmed: a retry queue after a transient failure, a defer queue
 when its domain cannot take it for longer than the worker holds a URL, its run's hold queue
 while the run is paused, the dead-letter exchange after the last allowed failure or a permanent
-one. worker/handler.py decides which a URL gets; these only build the copy (an
-Outcome.forward, published by the shared consumer), from the topology and nothing else of the
-handler's.
+one. The handler decides which a URL gets (worker/handler.py, and worker/rows.py for a row the
+database refuses); these only build the copy (an Outcome.forward, published by the shared
+consumer), from the topology, the retry delays and the worker's id.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from shared.topology import (
     retry_exchange,
 )
 from worker.handling_log import log, log_context
-from worker.politeness import TryLater
+from worker.try_later import TryLater
 
 HOLD_UNROUTABLE_WAIT_S = 5.0  # how long a paused run's message with no hold queue waits to come back
 

@@ -24,8 +24,8 @@ and a URL already settled as `duplicate_deliveries` (all kinds) and
 redelivery of one message.
 
 A URL held in the worker for its domain's next slot (worker/waits.py) is checked again
-before it is fetched, counting nothing unless it is settled: one HGET, read ahead so that it
-rides in the round trip that clears the send.
+before it is fetched (worker/settled.py), counting nothing unless it is settled: one HGET,
+read ahead so that it rides in the round trip that clears the send.
 
 Not covered, by design: a URL whose outcome is a dead letter (it is marked only once the
 recorder has it, which the worker does not see), and two copies handled at the same moment by

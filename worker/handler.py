@@ -38,13 +38,13 @@ from shared.urls import domain_of
 from worker.forwards import dead_letter, defer, hold_paused, retry
 from worker.handling_log import log
 from worker.parse import decode_html, parse_budget, parse_page
-from worker.politeness import TryLater
 from worker.ports import Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
 from worker.profiles import Profiles
 from worker.response import Response
 from worker.robots import RobotsAnswer, RobotsRules
 from worker.rows import StoresRows, page_row, profile_fields
 from worker.settled import SettledMeanwhile, already_handled, checks_ride_with_the_send, read_ahead
+from worker.try_later import TryLater
 from worker.waits import WAIT_REASONS, HoldsForSlots, Parked, Waiting, back_with_its_slot
 
 SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip() is given

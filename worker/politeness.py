@@ -34,9 +34,6 @@ from worker.politeness_config import PolitenessConfig
 from worker.try_later import HeldSlot, TryLater
 from worker.verdicts import Throttled
 
-# HeldSlot and TryLater (worker/try_later.py) are the gate's answers: importable from it too.
-__all__ = ["DomainGate", "HeldSlot", "TryLater"]
-
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")

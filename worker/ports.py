@@ -12,10 +12,10 @@ from typing import Protocol, TypeVar
 
 from shared.consumer import Delivery, Outcome
 from shared.messages import CrawlTask
-from worker.politeness import HeldSlot
 from worker.response import CacheEntry, Response
 from worker.robots import RobotsAnswer, RobotsRules
-from worker.store import PageRow, SkipRow
+from worker.store_rows import PageRow, SkipRow
+from worker.try_later import HeldSlot
 
 T = TypeVar("T")
 

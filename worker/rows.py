@@ -25,7 +25,7 @@ from worker.parse import ParsedPage
 from worker.ports import Handled, Store
 from worker.profiles import Profiles
 from worker.response import Response
-from worker.store import PageRow, SkipRow
+from worker.store_rows import PageRow, SkipRow
 
 
 def page_row(

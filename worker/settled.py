@@ -1,9 +1,9 @@
 """Whether a delivery's URL is still to be fetched: another copy stored or skipped it already
 (the marks of worker/handled.py), or its run is paused or cancelled (shared/runstate.py). The
-reads these checks need go ahead, to ride with the first Redis command the handling sends; a URL
-back from a hold with its slot is checked in the round trip that clears its send, and
-SettledMeanwhile stops it there. worker/handler.py runs the checks and gives a URL they stop its
-outcome.
+reads these checks need, and the URL's response-cache entry, go ahead to ride with the first
+Redis command the handling sends; a URL back from a hold with its slot is checked in the round
+trip that clears its send, and SettledMeanwhile stops it there. worker/handler.py runs the
+checks and gives a URL they stop its outcome.
 """
 
 from __future__ import annotations

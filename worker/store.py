@@ -27,9 +27,6 @@ from shared.settings import Settings
 from worker.store_commit import PATIENCE_S, BatchCommitter, Committed, Pending
 from worker.store_rows import STORE_PAGE, UPSERT_SKIP, PageRow, SkipRow, clean, page_params
 
-# PageRow and SkipRow are what handlers hand in; worker/handler.py imports them from here.
-__all__ = ["BATCH_ROWS", "BATCH_WAIT_S", "PageRow", "ResultStore", "SkipRow"]
-
 BATCH_ROWS = 200
 # How long the first row of a batch waits for more before the writer commits what it has. A
 # batch is full at a worker's fetches in flight (wiring.py), so a busy worker commits long before

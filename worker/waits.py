@@ -20,7 +20,7 @@ from shared.messages import CrawlTask
 from shared.settings import Settings
 from shared.urls import domain_of
 from worker.handling_log import log
-from worker.politeness import HeldSlot, TryLater
+from worker.try_later import HeldSlot, TryLater
 
 # Every reason a TryLater is raised with (worker/politeness.py, robots.py, proxies.py): a URL
 # waiting for its domain is held or deferred for one of these.

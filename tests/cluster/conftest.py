@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from bench.pgbouncer import drop_database
+from shared.errors import one_line
 from shared.settings import Settings
 from tests.e2e.conftest import demo_site as demo_site  # the same local site as the e2e tests
 
@@ -40,9 +41,8 @@ def pgbouncer() -> dict[str, str]:
     try:
         config = {str(row["key"]): str(row["value"]) for row in pgbouncer_show("CONFIG")}
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         pytest.skip(
-            f"no PgBouncer on 127.0.0.1:{PGBOUNCER_PORT} ({reason}); start it with `make pgbouncer-up`"
+            f"no PgBouncer on 127.0.0.1:{PGBOUNCER_PORT} ({one_line(exc)}); start it with `make pgbouncer-up`"
         )
     assert config["pool_mode"] == "transaction", "these tests are about transaction pooling"
     return config

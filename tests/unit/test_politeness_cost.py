@@ -101,7 +101,7 @@ def test_the_generated_site_serves_make_bench_pages_linking_to_its_own_host() ->
     assert b'<link rel="canonical" href="http://127.0.0.1:1/p/2.html">' in page.body
     assert 5_000 < len(page.body) < 8_000 and page.body.count(b"<a href=") == 20
     assert pages.route(hit("/robots.txt")).status == 200
-    for outside in ("/p/3.html", "/p/x.html", "/p/1", "/other"):
+    for outside in ("/p/3.html", "/p/x.html", "/p/1", "/p/01.html", "/p/\u00b2.html", "/other"):
         assert pages.route(hit(outside)).status == 404, outside
 
 
