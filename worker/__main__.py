@@ -17,6 +17,7 @@ from shared.topology import work_queue
 from worker.deferred_writes import flush
 from worker.pool import run_pool
 from worker.store import ResultStore
+from worker.warc.archive import Archive, check_directory
 from worker.wiring import build_handler, connect_worker_redis
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(settings.log_level, "worker", settings.log_format, settings.worker_id)
         return serve(settings)
     configure_logging(settings.log_level, "worker", settings.log_format, f"{settings.worker_id}-pool")
+    if settings.warc_dir:
+        check_directory(settings.warc_dir)  # once, in one line, rather than from every worker forked
     db.ensure_schema(settings)  # once, before the workers exist
     return run_pool(
         settings.worker_processes,
@@ -107,6 +110,8 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     finally:
         if isinstance(handler.store, ResultStore):
             handler.store.close()
+        if isinstance(handler.archive, Archive):
+            handler.archive.close()  # after the last row: the file being written loses its .open
         if handler.handled is not None:
             handler.handled.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -40,6 +40,8 @@ from worker.markup_scan import MarkupScan, ParseLimitExceeded
 from worker.proxies import ProxyFailed, without_credentials
 from worker.response import Response
 from worker.verdicts import Judge, Verdict, judge_page
+from worker.warc.content_coding import BodyDecoder
+from worker.warc.exchange import Exchange
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +170,54 @@ def _read_body(
         body.write(chunk)
 
 
+def _read_raw_body(
+    response: requests.Response, max_bytes: int, deadline: float, url: str, budget: ParseBudget | None
+) -> tuple[bytes, bytes]:
+    """(decoded, raw): `_read_body`'s body and caps, with the bytes as they came kept beside it
+    for the WARC record (worker/warc/content_coding.py decodes them)."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise PermanentError("too_large", f"Content-Length {declared} > {max_bytes}")
+    decoder = BodyDecoder(response.headers.get("Content-Encoding"), url)
+    body, raw = io.BytesIO(), io.BytesIO()
+    size = 0
+    scan = MarkupScan(budget) if budget is not None else None
+    while True:
+        _remaining_s(deadline, url)
+        came = response.raw.read1(_READ_CHUNK_BYTES, decode_content=False)
+        if not came:
+            return body.getvalue(), raw.getvalue()
+        raw.write(came)
+        chunk = decoder.decode(came, max_bytes - size)
+        size += len(chunk)
+        if size > max_bytes or raw.tell() > max_bytes:
+            raise PermanentError("too_large", f"body over {max_bytes} bytes")
+        if scan is not None:
+            try:
+                scan.feed(chunk)
+            except ParseLimitExceeded as exc:
+                raise PermanentError("parse_limit", f"{url}: {exc} in its first {size} bytes") from None
+        body.write(chunk)
+
+
+def _exchange(url: str, response: requests.Response, raw_body: bytes, started_at: float) -> Exchange:
+    """The exchange as it went: the request's headers as sent, Host first (http.client adds it
+    from the URL), and the answer's status line and headers as received."""
+    host = urlsplit(url).netloc.rpartition("@")[2]
+    sent = response.request.headers if response.request is not None else {}
+    version = {10: "HTTP/1.0", 11: "HTTP/1.1"}.get(response.raw.version, "HTTP/1.1")
+    return Exchange(
+        url=url,
+        request_headers=(("Host", host), *((str(k), str(v)) for k, v in sent.items())),
+        http_version=version,
+        status=response.status_code,
+        reason=response.raw.reason or response.reason or "",
+        headers=tuple((str(k), str(v)) for k, v in response.raw.headers.items()),
+        body=raw_body,
+        started_at=started_at,
+    )
+
+
 class Fetcher:
     """Fetches URLs through one pooled session, which the threads of a worker share."""
 
@@ -182,6 +232,8 @@ class Fetcher:
         # arrives, so that it holds neither the memory of its whole body nor a parse.
         self._parse_budget = ParseBudget(settings.parse_max_nodes)
         self._check_url = check_url
+        # With WARC on, a page's body is read as it came and decoded here, for its record.
+        self._keep_raw = bool(settings.warc_dir)
         self._session = session_factory()
         self._session.headers["User-Agent"] = settings.user_agent
         # Proxies are chosen per request from PROXIES; a stray HTTP_PROXY in the environment
@@ -206,7 +258,13 @@ class Fetcher:
         # every hop is harmless, since redirect responses do not answer conditionals.
         headers = validators.headers() if validators else {}
         return self.request(
-            url, headers, proxy, judge_page, self._settings.max_body_bytes, budget=self._parse_budget
+            url,
+            headers,
+            proxy,
+            judge_page,
+            self._settings.max_body_bytes,
+            budget=self._parse_budget,
+            keep_raw=self._keep_raw,
         )
 
     def request(
@@ -218,12 +276,16 @@ class Fetcher:
         max_bytes: int,
         truncate: bool = False,
         budget: ParseBudget | None = None,
+        keep_raw: bool = False,
     ) -> Response:
-        """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
+        """GET `url` as `judge` decides; a body is read only with a 2xx judged OK. With
+        `keep_raw`, the Response carries the exchange as it went, for its WARC records."""
         started = time.monotonic()
         deadline = started + self._settings.fetch_deadline_s
         with fetch_deadline(deadline):  # every hop's connect and reads, headers included
-            return self._request(url, headers, proxy, judge, max_bytes, truncate, budget, started, deadline)
+            return self._request(
+                url, headers, proxy, judge, max_bytes, truncate, budget, started, deadline, keep_raw
+            )
 
     def _request(
         self,
@@ -236,12 +298,14 @@ class Fetcher:
         budget: ParseBudget | None,
         started: float,
         deadline: float,
+        keep_raw: bool = False,
     ) -> Response:
         current = url
         visited = {url}
         for _hop in range(self._settings.max_redirects + 1):
             _require_http_url(current)
             self._check_url(current)
+            sent_at = time.time()
             with (
                 _translate_errors(current, via_proxy=proxy is not None),
                 self._get(current, headers, proxy, deadline) as response,
@@ -251,9 +315,12 @@ class Fetcher:
                 verdict = judge(response, bool(headers))
                 location = response.headers.get("Location")
                 if verdict is not Verdict.REDIRECT:
-                    body = b""
+                    body = raw = b""
                     if verdict is Verdict.OK and 200 <= response.status_code < 300:
-                        body = _read_body(response, max_bytes, deadline, url, truncate, budget)
+                        if keep_raw:
+                            body, raw = _read_raw_body(response, max_bytes, deadline, url, budget)
+                        else:
+                            body = _read_body(response, max_bytes, deadline, url, truncate, budget)
                     return Response(
                         final_url=current,
                         status=response.status_code,
@@ -263,6 +330,7 @@ class Fetcher:
                         last_modified=response.headers.get("Last-Modified"),
                         fetch_ms=round((time.monotonic() - started) * 1000),
                         not_modified=verdict is Verdict.NOT_MODIFIED,
+                        exchange=_exchange(current, response, raw, sent_at) if keep_raw else None,
                     )
             current = self._next_hop(current, location or "", visited)
         raise PermanentError("redirect_loop", f"{url}: more than {self._settings.max_redirects} redirects")

@@ -38,7 +38,7 @@ from shared.urls import domain_of
 from worker.forwards import dead_letter, defer, hold_paused, retry
 from worker.handling_log import log
 from worker.parse import decode_html, parse_budget, parse_page
-from worker.ports import Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
+from worker.ports import Archive, Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
 from worker.profiles import Profiles
 from worker.response import Response
 from worker.robots import RobotsAnswer, RobotsRules
@@ -66,6 +66,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
     handled: Handled | None = None  # skips a second copy of a URL already settled
     run_states: RunStates | None = None  # paused and cancelled runs (shared/runstate.py)
+    archive: Archive | None = None  # WARC records of every stored page (worker/warc/), if WARC_DIR
 
     def __post_init__(self) -> None:
         self._local = threading.local()
@@ -213,6 +214,11 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             page = parse_page(html, response.final_url, budget=self._parse_budget)
             profile, extracted = profile_fields(self.profiles, task.url, html, self._parse_budget)
         row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
+        if self.archive is not None:  # written before the row goes to the store (worker/warc/archive.py)
+            at = self.archive.record(response)
+            row = dataclasses.replace(
+                row, warc_filename=at.filename, warc_offset=at.offset, warc_length=at.length
+            )
         return self._store_later(task, row, response, progress)
 
     def _mark_handling(self) -> None:
@@ -270,6 +276,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
                 from_cache=True,
                 not_modified=True,
                 proxy=fetched.proxy,
+                exchange=fetched.exchange,  # the 304 as it came, for its revisit record
                 etag=fetched.etag or cached.response.etag,
                 last_modified=fetched.last_modified or cached.response.last_modified,
             )
