@@ -7,6 +7,7 @@ import io
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,22 +45,33 @@ def page_rows(settings: Settings, run_id: str) -> list[tuple[str, str, int, int]
         return [(str(u), str(f), int(o), int(n)) for u, f, o, n in conn.execute(PAGE_ROWS, (run_id,))]  # type: ignore[call-overload]
 
 
-def every_record(warc_dir: Path) -> dict[tuple[str, int], dict[str, object]]:
-    """Each record of every file, by (file, offset): type, headers, payload as sent, content decoded."""
-    found: dict[tuple[str, int], dict[str, object]] = {}
+@dataclass(frozen=True)
+class Seen:
+    """One record as warcio read it."""
+
+    type: str
+    length: int
+    headers: dict[str, str]
+    raw: bytes  # the payload as sent (after the HTTP headers)
+    digest_ok: bool | None
+
+
+def every_record(warc_dir: Path) -> dict[tuple[str, int], Seen]:
+    """Each record of every file, by (file, offset)."""
+    found: dict[tuple[str, int], Seen] = {}
     for path in sorted(warc_dir.iterdir()):
         with open(path, "rb") as file:
             iterator = ArchiveIterator(file, check_digests=True)
             for record in iterator:
-                raw = record.raw_stream.read()  # the payload as sent (after the HTTP headers)
-                found[(path.name, iterator.get_record_offset())] = {
-                    "type": record.rec_type,
-                    "length": None,
-                    "headers": dict(record.rec_headers.headers),
-                    "raw": raw,
-                    "digest_ok": record.digest_checker.passed,
-                }
-                found[(path.name, iterator.get_record_offset())]["length"] = iterator.get_record_length()
+                raw = bytes(record.raw_stream.read())
+                offset = iterator.get_record_offset()
+                found[(path.name, offset)] = Seen(
+                    record.rec_type,
+                    iterator.get_record_length(),
+                    dict(record.rec_headers.headers),
+                    raw,
+                    record.digest_checker.passed,
+                )
     return found
 
 
@@ -84,19 +96,18 @@ def test_a_warc_crawl_leaves_one_record_a_page_that_warcio_reads_and_rows_point_
         assert names and not [n for n in names if n.endswith(".open")]  # a clean stop closes them
 
         # Every file whole and every digest right, by warcio's own reading.
-        assert all(r["digest_ok"] is not False for r in records.values())
-        responses = {k: r for k, r in records.items() if r["type"] == "response"}
+        assert all(r.digest_ok is not False for r in records.values())
+        responses = {k: r for k, r in records.items() if r.type == "response"}
         assert len(responses) == len(served)  # one response record for every stored page
         assert {url for url, *_ in first} == set(served)
         for url, filename, offset, length in first:
             record = records[(filename, offset)]  # the row's offset lands on its record
-            assert record["type"] == "response" and record["length"] == length
-            headers = record["headers"]
-            assert isinstance(headers, dict) and headers["WARC-Target-URI"] == url
-            assert headers["WARC-Payload-Digest"] == sha1_digest(bytes(record["raw"]))  # type: ignore[arg-type]
+            assert record.type == "response" and record.length == length
+            assert record.headers["WARC-Target-URI"] == url
+            assert record.headers["WARC-Payload-Digest"] == sha1_digest(record.raw)
             assert decoded_content(warc_dir / filename, offset) == served[url]  # the body the site sent
         # gzip pages are kept as sent: their payload is the compressed bytes.
-        gz = [r for r in responses.values() if bytes(r["raw"])[:2] == b"\x1f\x8b"]  # type: ignore[arg-type]
+        gz = [r for r in responses.values() if r.raw[:2] == b"\x1f\x8b"]
         assert len(gz) == len(served) // 3
 
         # A second crawl: each page answers 304 to its ETag, and leaves a revisit naming the first.
@@ -105,17 +116,15 @@ def test_a_warc_crawl_leaves_one_record_a_page_that_warcio_reads_and_rows_point_
         crawl(settings, site, "warc-3", tmp_path / "logs3", warc_dir, CACHE_FRESH_S="3600")
 
     records = every_record(warc_dir)
-    first_ids = {url: records[(f, o)]["headers"]["WARC-Record-ID"] for url, f, o, _ in first}  # type: ignore[index]
+    first_ids = {url: records[(f, o)].headers["WARC-Record-ID"] for url, f, o, _ in first}
     for run_id, profile in (("warc-2", "server-not-modified"), ("warc-3", "identical-payload-digest")):
         rows = page_rows(settings, run_id)
         assert len(rows) == len(served)
         for url, filename, offset, _length in rows:
             record = records[(filename, offset)]
-            headers = record["headers"]
-            assert isinstance(headers, dict)
-            assert record["type"] == "revisit" and str(headers["WARC-Profile"]).endswith(profile)
-            assert headers["WARC-Refers-To"] == first_ids[url]
-    assert sum(1 for r in records.values() if r["type"] == "response") == len(served)
+            assert record.type == "revisit" and record.headers["WARC-Profile"].endswith(profile)
+            assert record.headers["WARC-Refers-To"] == first_ids[url]
+    assert sum(1 for r in records.values() if r.type == "response") == len(served)
 
     env = service_env(settings)
     check = subprocess.run(
