@@ -154,6 +154,7 @@ class Settings:
     # Comma-separated proxy URLs, perhaps with credentials: kept out of repr() so that logging
     # the settings cannot leak them. Empty = connect directly.
     proxies: str = field(default="", repr=False)
+    proxy_file: str = ""  # one proxy URL a line, beside PROXIES (worker/proxies.py)
     proxy_rotation: str = "round_robin"  # round_robin | random
     proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
     proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
