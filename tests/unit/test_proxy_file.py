@@ -46,7 +46,7 @@ def test_a_bad_line_is_named_by_file_and_line_without_its_password(tmp_path: Pat
 
 def test_a_proxy_in_both_places_is_refused(tmp_path: Path) -> None:
     settings = settings_with(tmp_path, "http://a:b@127.0.0.1:3128\n", proxies="http://127.0.0.1:3128")
-    with pytest.raises(ConfigError, match="http://127.0.0.1:3128 is listed twice"):
+    with pytest.raises(ConfigError, match=r"http://127\.0\.0\.1:3128 is listed twice"):
         proxies_of(settings)
 
 
