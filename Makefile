@@ -22,7 +22,7 @@ RECRAWL_OF ?=
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
-	deep-up deep-down bench-deep
+	deep-up deep-down bench-deep bench-warc
 
 all: lint typecheck test
 
@@ -113,6 +113,12 @@ faults-rabbitmq-cluster: install
 bench: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.perf
+	$(PY) -m bench.warc_cost
+
+# What WARC_DIR costs (docs/WARC.md): own CPU a page on and off on real pages, bytes on disk a
+# page, and warcio against FastWARC and our own writer. A few minutes; make bench runs it too.
+bench-warc: install
+	$(PY) -m bench.warc_cost
 
 # What waiting for a polite slot costs (docs/POLITENESS.md): 200 pages of one host at 2/s with 3
 # and with 12 workers, each paired with the same crawl unbound, and Scrapy crawling the same pages

@@ -92,7 +92,9 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     ]
     log.info("worker %s starting with %d fetches in flight", settings.worker_id, settings.fetch_concurrency)
     try:
-        with announced(settings):  # status lists the worker while it runs
+        archive = handler.archive if isinstance(handler.archive, Archive) else None
+        # status lists the worker while it runs, and says why its writes wait (a full WARC_DIR)
+        with announced(settings, problem=lambda: archive.problem if archive is not None else None):
             code = run_consumers(
                 settings,
                 "worker",

@@ -179,16 +179,19 @@ def _read_raw_body(
     if declared.isdigit() and int(declared) > max_bytes:
         raise PermanentError("too_large", f"Content-Length {declared} > {max_bytes}")
     decoder = BodyDecoder(response.headers.get("Content-Encoding"), url)
-    body, raw = io.BytesIO(), io.BytesIO()
+    body = io.BytesIO()
+    raw = io.BytesIO() if decoder.decodes else body  # an identity body is held once, not twice
     size = 0
     scan = MarkupScan(budget) if budget is not None else None
     while True:
         _remaining_s(deadline, url)
         came = response.raw.read1(_READ_CHUNK_BYTES, decode_content=False)
         if not came:
-            return body.getvalue(), raw.getvalue()
-        raw.write(came)
-        chunk = decoder.decode(came, max_bytes - size)
+            value = body.getvalue()
+            return value, value if raw is body else raw.getvalue()
+        chunk = decoder.decode(came, max_bytes - size) if decoder.decodes else came
+        if raw is not body:
+            raw.write(came)
         size += len(chunk)
         if size > max_bytes or raw.tell() > max_bytes:
             raise PermanentError("too_large", f"body over {max_bytes} bytes")

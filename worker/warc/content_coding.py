@@ -64,6 +64,11 @@ class BodyDecoder:
                 self._steps = []  # one coding we cannot undo: the body stays as it came
                 break
 
+    @property
+    def decodes(self) -> bool:
+        """False when the body is kept as it came: the raw bytes are the decoded ones."""
+        return bool(self._steps)
+
     def decode(self, data: bytes, limit: int) -> bytes:
         """`data` decoded, cut at `limit` + 1 bytes: whoever sees more than `limit` refuses the
         body, so a small bomb of a body never inflates in memory past the cap."""
