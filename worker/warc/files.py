@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from shared.errors import PipelineError
 from worker.warc import records
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,12 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 Write = Callable[[int, memoryview], int]  # os.write's shape: the seam a test fills a disk through
 
 
-class DiskFull(OSError):
+class DiskFull(PipelineError):
     """A write found no room; nothing of the record stays in the file."""
+
+    def __init__(self, directory: str, strerror: str) -> None:
+        self.strerror = strerror
+        super().__init__(f"{directory}: {strerror}")
 
 
 def file_name(prefix: str, opened_at: float, serial: int, worker_id: str) -> str:
@@ -80,7 +85,7 @@ class OpenFile:
             os.ftruncate(self.fd, offset)
             os.lseek(self.fd, offset, os.SEEK_SET)
             if exc.errno in DISK_FULL:
-                raise DiskFull(exc.errno, f"{self.directory}: {exc.strerror}") from None
+                raise DiskFull(self.directory, exc.strerror or str(exc)) from None
             raise
         self.size += len(data)
         self.records += 1
@@ -156,13 +161,13 @@ class FileSeries:
                 continue
             except OSError as exc:
                 if exc.errno in DISK_FULL:  # no inode, or no block for the directory entry
-                    raise DiskFull(exc.errno, f"{self.directory}: {exc.strerror}") from None
+                    raise DiskFull(self.directory, exc.strerror or str(exc)) from None
                 raise
         self.warcinfo_id = records.new_record_id()
         info = records.warcinfo(self.warcinfo_id, records.warc_date(opened_at), name, self._info)
         try:
             opened.append(records.gzip_member(info))
-        except OSError:
+        except (OSError, DiskFull):
             opened.close()
             with contextlib.suppress(OSError):
                 os.unlink(opened.path)
