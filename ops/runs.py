@@ -10,7 +10,7 @@ operator handles.
 - `cancel RUN`: the run's remaining URLs end as skips with reason `cancelled`: the held ones
   here and now, the ones still queued as workers take them. A cancelled run stays cancelled.
 
-The state lives in Redis (shared/runstate.py); workers see a change within a second, and
+The state lives in Redis (shared/redis/runstate.py); workers see a change within a second, and
 `resume` and `cancel` wait that second out before they touch the hold queue, so that a worker
 still seeing `paused` does not refill it behind them.
 """
@@ -30,15 +30,18 @@ import redis
 from pika.adapters.blocking_connection import BlockingChannel
 
 from ops.accounting import account
-from shared import broker, db
+from ops.copies import Copies
+from shared.amqp import broker
+from shared.amqp.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
 from shared.cli import configure_logging, run_main
-from shared.copies import Copies
 from shared.errors import ConfigError, DecodeError
-from shared.keys import Keys
 from shared.messages import CrawlTask
-from shared.redis_client import OPERATOR, connect_redis
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import (
+from shared.postgres import db
+from shared.postgres.skips import UPSERT_SKIP
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import (
     CANCELLED,
     MAX_AGE_S,
     PAUSED,
@@ -51,8 +54,6 @@ from shared.runstate import (
     write_state,
 )
 from shared.settings import Settings
-from shared.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
-from worker.store_rows import UPSERT_SKIP
 
 Held = tuple[int, pika.BasicProperties, bytes]  # delivery tag, properties, body
 # Deals with a batch of held messages and acks them: (channel they came on, a confirm channel, batch).
