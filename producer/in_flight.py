@@ -26,7 +26,7 @@ from producer.pipeline_types import Counts, DedupStore, Outcomes, Publisher
 from shared import metrics
 from shared.broker import Publication
 from shared.errors import ServiceUnavailable
-from shared.messages import QUEUE_KINDS
+from shared.message_bounds import TASK_KINDS
 
 # The producer's log lines keep the logger they have always had, whichever of its modules writes
 # them: log filters and alerts select on it (the `logger` of docs/OPERATING.md's JSON logs).
@@ -141,7 +141,7 @@ class BatchesInFlight:
 
     def _settle(self, item: PublishedBatch, failed: set[int]) -> None:
         confirmed = [i for i in range(len(item.queues)) if i not in failed]
-        added = dict.fromkeys(QUEUE_KINDS, 0)
+        added = dict.fromkeys(TASK_KINDS, 0)
         for i in confirmed:
             added[item.queues[i]] += 1
         republished = sum(1 for i in confirmed if item.taken[i])
