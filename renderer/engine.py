@@ -41,8 +41,11 @@ def browser_refused(reason: str, target: str) -> None:
 
 
 class RenderEngine:
-    def __init__(self, settings: Settings, guard: AddressGuard, watchdog: Watchdog) -> None:
+    def __init__(
+        self, settings: Settings, guard: AddressGuard, watchdog: Watchdog, *, route_check: bool = True
+    ) -> None:
         self._settings = settings
+        self._route_check = route_check
         self._guard = guard
         self._watchdog = watchdog
         self._loop = asyncio.new_event_loop()
@@ -66,6 +69,7 @@ class RenderEngine:
             max_pages_per_context=self._settings.browser_max_pages,
             max_memory_bytes=self._settings.browser_max_rss_mb << 20,
             page_heap_mb=self._settings.render_page_heap_mb,
+            route_check=self._route_check,
         )
         self.pool = self._run(self._make_pool(options), timeout_s=10)
         return self
@@ -90,6 +94,8 @@ class RenderEngine:
         self._run(self._proxy.close(), timeout_s=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from playwright.async_api import BrowserContext, Page, Response
+from playwright.async_api import BrowserContext, Page, Request, Response
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
@@ -101,7 +101,15 @@ async def render(context: BrowserContext, url: str, deadline_s: float, extras: E
         if refused and response.frame == page.main_frame and response.request.is_navigation_request():
             refused_documents.append(refused)
 
+    def note_blocked_navigation(request: Request) -> None:
+        # The route check (renderer/browser.py) aborts a refused navigation before the proxy.
+        failure = (request.failure or "").lower()
+        main_document = request.is_navigation_request() and request.frame == page.main_frame
+        if main_document and "blocked_by_client" in failure:
+            refused_documents.append("blocked_address")
+
     page.on("response", note_refused_document)
+    page.on("requestfailed", note_blocked_navigation)
     try:
         work = asyncio.ensure_future(_load_and_read(page, url, started + deadline_s, refused_documents))
         done, _ = await asyncio.wait((work, crashed), timeout=deadline_s + 1.0, return_when="FIRST_COMPLETED")

@@ -22,7 +22,7 @@ class ProcessInfo:
     pgid: int
     rss_bytes: int
     started: int  # clock ticks after boot: with the pid, names the process across pid reuse
-    command: str  # argv[0]
+    command: str  # its arguments, spaces between
 
 
 def read_process(pid: int) -> ProcessInfo | None:
@@ -31,7 +31,7 @@ def read_process(pid: int) -> ProcessInfo | None:
         with open(f"/proc/{pid}/stat", "rb") as stat_file:
             stat = stat_file.read().decode("utf-8", "replace")
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline_file:
-            command = cmdline_file.read().split(b"\0", 1)[0].decode("utf-8", "replace")
+            command = cmdline_file.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
     except OSError:
         return None
     # The command name in parentheses may hold spaces and parentheses: split after the last ')'.
