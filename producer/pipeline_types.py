@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from shared.broker import Publication
-from shared.message_bounds import TASK_KINDS
+from shared.messages import QUEUE_KINDS
 
 
 class ClaimResult(Protocol):
@@ -45,7 +45,7 @@ class Publisher(Protocol):
 @dataclass
 class Counts:
     urls_seen: int = 0
-    enqueued: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TASK_KINDS, 0))
+    enqueued: dict[str, int] = field(default_factory=lambda: dict.fromkeys(QUEUE_KINDS, 0))
     duplicates: int = 0
     invalid: collections.Counter[str] = field(default_factory=collections.Counter)
     publish_failed: int = 0
