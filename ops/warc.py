@@ -20,9 +20,9 @@ from typing import Any
 
 from ops import cdxj
 from ops.warc_read import RecordHead, closed_files, file_problems, heads, open_files, record_at
-from shared import db
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
+from shared.postgres import db
 from shared.settings import Settings
 
 ROWS = """

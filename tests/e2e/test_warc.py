@@ -14,7 +14,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from ops.crawl import run_crawl
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.warc_site import WarcSite

@@ -13,7 +13,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from shared.errors import ConfigError, ServiceUnavailable
-from worker.response import Response
+from worker.fetch.response import Response
 from worker.warc.archive import Archive, check_directory
 from worker.warc.content_coding import BodyDecoder
 from worker.warc.exchange import Exchange, archived_as, sha1_digest

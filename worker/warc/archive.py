@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from shared.errors import ConfigError, ServiceUnavailable
 from shared.settings import Settings
-from worker.response import Response
+from worker.fetch.response import Response
 from worker.warc import records
 from worker.warc.exchange import WarcLocation, sha1_digest
 from worker.warc.files import DiskFull, FileSeries, repair_orphans
