@@ -168,9 +168,9 @@ def test_ops_warc_check_names_a_cut_file_and_a_row_whose_record_is_gone(
     warc_dir.mkdir()
     with WarcSite(pages=3) as site:
         crawl(settings, site, "warc-cut", tmp_path / "logs", warc_dir)
-    (path,) = warc_dir.iterdir()
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) - 40])
+    url, filename, offset, length = page_rows(settings, "warc-cut")[0]
+    path = warc_dir / filename
+    path.write_bytes(path.read_bytes()[: offset + length - 10])  # into the row's own record
     check = subprocess.run(
         [sys.executable, "-m", "ops.warc", "check", str(warc_dir), "--run", "warc-cut"],
         env=service_env(settings),
@@ -179,4 +179,5 @@ def test_ops_warc_check_names_a_cut_file_and_a_row_whose_record_is_gone(
         timeout=60,
     )
     assert check.returncode == 1
-    assert f"{path.name}: only the first" in check.stdout
+    assert f"{filename}: only the first {offset} of" in check.stdout
+    assert f"row {url}: {filename} ends before {offset}+{length}" in check.stdout

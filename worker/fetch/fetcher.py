@@ -36,12 +36,11 @@ from shared.errors import PermanentError, TransientError
 from shared.http.deadline import fetch_deadline
 from shared.http.proxies import ProxyFailed, without_credentials
 from shared.settings import Settings
+from worker.fetch.raw_body import exchange_of, read_raw_body
 from worker.fetch.response import Response
 from worker.fetch.verdicts import Judge, Verdict, judge_page
 from worker.parse.budget import ParseBudget, ParseLimitExceeded
 from worker.parse.markup_scan import MarkupScan
-from worker.warc.content_coding import BodyDecoder
-from worker.warc.exchange import Exchange
 
 log = logging.getLogger("worker.fetch")  # the name operators know: kept as the module moved
 
@@ -170,57 +169,6 @@ def _read_body(
         body.write(chunk)
 
 
-def _read_raw_body(
-    response: requests.Response, max_bytes: int, deadline: float, url: str, budget: ParseBudget | None
-) -> tuple[bytes, bytes]:
-    """(decoded, raw): `_read_body`'s body and caps, with the bytes as they came kept beside it
-    for the WARC record (worker/warc/content_coding.py decodes them)."""
-    declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise PermanentError("too_large", f"Content-Length {declared} > {max_bytes}")
-    decoder = BodyDecoder(response.headers.get("Content-Encoding"), url)
-    body = io.BytesIO()
-    raw = io.BytesIO() if decoder.decodes else body  # an identity body is held once, not twice
-    size = 0
-    scan = MarkupScan(budget) if budget is not None else None
-    while True:
-        _remaining_s(deadline, url)
-        came = response.raw.read1(_READ_CHUNK_BYTES, decode_content=False)
-        if not came:
-            value = body.getvalue()
-            return value, value if raw is body else raw.getvalue()
-        chunk = decoder.decode(came, max_bytes - size) if decoder.decodes else came
-        if raw is not body:
-            raw.write(came)
-        size += len(chunk)
-        if size > max_bytes or raw.tell() > max_bytes:
-            raise PermanentError("too_large", f"body over {max_bytes} bytes")
-        if scan is not None:
-            try:
-                scan.feed(chunk)
-            except ParseLimitExceeded as exc:
-                raise PermanentError("parse_limit", f"{url}: {exc} in its first {size} bytes") from None
-        body.write(chunk)
-
-
-def _exchange(url: str, response: requests.Response, raw_body: bytes, started_at: float) -> Exchange:
-    """The exchange as it went: the request's headers as sent, Host first (http.client adds it
-    from the URL), and the answer's status line and headers as received."""
-    host = urlsplit(url).netloc.rpartition("@")[2]
-    sent = response.request.headers if response.request is not None else {}
-    version = {10: "HTTP/1.0", 11: "HTTP/1.1"}.get(response.raw.version, "HTTP/1.1")
-    return Exchange(
-        url=url,
-        request_headers=(("Host", host), *((str(k), str(v)) for k, v in sent.items())),
-        http_version=version,
-        status=response.status_code,
-        reason=response.raw.reason or response.reason or "",
-        headers=tuple((str(k), str(v)) for k, v in response.raw.headers.items()),
-        body=raw_body,
-        started_at=started_at,
-    )
-
-
 class Fetcher:
     """Fetches URLs through one pooled session, which the threads of a worker share."""
 
@@ -321,7 +269,9 @@ class Fetcher:
                     body = raw = b""
                     if verdict is Verdict.OK and 200 <= response.status_code < 300:
                         if keep_raw:
-                            body, raw = _read_raw_body(response, max_bytes, deadline, url, budget)
+                            body, raw = read_raw_body(
+                                response, max_bytes, lambda: _remaining_s(deadline, url), url, budget
+                            )
                         else:
                             body = _read_body(response, max_bytes, deadline, url, truncate, budget)
                     return Response(
@@ -333,7 +283,7 @@ class Fetcher:
                         last_modified=response.headers.get("Last-Modified"),
                         fetch_ms=round((time.monotonic() - started) * 1000),
                         not_modified=verdict is Verdict.NOT_MODIFIED,
-                        exchange=_exchange(current, response, raw, sent_at) if keep_raw else None,
+                        exchange=exchange_of(current, response, raw, sent_at) if keep_raw else None,
                     )
             current = self._next_hop(current, location or "", visited)
         raise PermanentError("redirect_loop", f"{url}: more than {self._settings.max_redirects} redirects")
