@@ -30,12 +30,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from shared.errors import ConfigError, ServiceUnavailable
 from shared.settings import Settings
-from worker.fetch.response import Response
 from worker.warc import records
-from worker.warc.exchange import WarcLocation, sha1_digest
+from worker.warc.exchange import ArchivedAs, Exchange, WarcLocation, sha1_digest
 from worker.warc.files import DiskFull, FileSeries, repair_orphans
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,21 @@ log = logging.getLogger(__name__)
 FULL_PAUSE_S = (0.5, 10.0)  # first and longest pause between tries on a full disk
 MIN_FREE_BYTES = 16 * 1024 * 1024  # below this at start, WARC_DIR counts as full
 SOFTWARE = "crawl-pipeline/0.1"
+
+
+class Response(Protocol):
+    """What a page's records are made of: worker.fetch.response.Response has these."""
+
+    @property
+    def final_url(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def not_modified(self) -> bool: ...
+    @property
+    def exchange(self) -> Exchange | None: ...
+    @property
+    def archived(self) -> ArchivedAs | None: ...
 
 
 def _exit_now() -> None:
