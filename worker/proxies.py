@@ -42,6 +42,25 @@ class ProxyFailed(TransientError):
     """The proxy, not the site, failed: it could not be reached or refused our credentials."""
 
 
+def socks_proxy_at_fault(error: BaseException) -> bool:
+    """Whether a connection error through a SOCKS proxy was the proxy's: it could not be reached,
+    refused our login or answered nonsense. urllib3 reports them all as a failed connection, the
+    PySocks error it came from only in the exception's context. A refusal the proxy relays from
+    the site (SOCKS5Error: connection refused, host unreachable) stays the site's."""
+    import socks
+
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain of causes is short; a cycle must not loop
+        if seen is None:
+            return False
+        if isinstance(seen, socks.SOCKS5Error):
+            return False
+        if isinstance(seen, socks.ProxyError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def without_credentials(text: str) -> str:
     """`text` with any user:password@ in URLs masked, for error details and log lines."""
     return _CREDENTIALS.sub(r"\1***@", text)
