@@ -26,6 +26,7 @@ from redis.cluster import RedisCluster
 
 from shared.errors import ConfigError, TransientError
 from shared.keys import Keys
+from shared.metrics import PROXY_FAILURES, PROXY_USABLE
 from shared.redis_cluster import by_slot
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
@@ -212,6 +213,8 @@ class ProxyPool:
     def choose(self, avoid: Sequence[Proxy] = ()) -> Proxy:
         """The proxy for the next request, other than `avoid`; TryLater if none is usable."""
         benched = self._bench.benched_s([p.label for p in self._proxies])
+        for proxy, left in zip(self._proxies, benched, strict=True):
+            PROXY_USABLE.labels(proxy.label).set(0 if left > 0 else 1)
         usable = [p for p, left in zip(self._proxies, benched, strict=True) if left <= 0 and p not in avoid]
         if not usable:
             raise TryLater(max(min(benched), 1.0), "proxies_benched")
@@ -223,7 +226,9 @@ class ProxyPool:
         return usable[next(self._turn) % len(usable)]
 
     def failed(self, proxy: Proxy, error: TransientError) -> None:
+        PROXY_FAILURES.labels(proxy.label).inc()
         if self._bench.failed(proxy.label):
+            PROXY_USABLE.labels(proxy.label).set(0)
             log.warning("proxy %s benched after repeated failures: %s", proxy.label, error.reason)
         else:
             log.info("proxy %s failed: %s", proxy.label, error.reason)
