@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ops.status_politeness import politeness_lines
 from shared.copies import Copies
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, erase display: redraw in place
@@ -36,6 +37,8 @@ def view_lines(report: dict[str, Any], size: Size | None) -> list[str]:
     if report.get("activity"):
         sections.append(_activity_lines(report["activity"]))
     sections.append(_worker_lines(report.get("workers"), fitted))
+    if politeness := politeness_lines(report):
+        sections.append(politeness)
     sections.append(_run_lines(report["run"], fitted) if "run" in report else _runs_lines(report["runs"]))
     if size is None:
         return [line for section in _spaced(sections) for line in section]

@@ -56,6 +56,7 @@ POSITIVE = (
     "proxy_bench_s",
     "max_domain_pause_s",
     "parse_deadline_s",
+    "rate_recovery_s",
 )
 NOT_NEGATIVE = (
     "heartbeat_s",
@@ -66,6 +67,7 @@ NOT_NEGATIVE = (
     "host_spread_window",
     "cache_fresh_s",
     "metrics_linger_s",
+    "rate_jitter",
 )
 # Each test holds for the values allowed, so a NaN (which compares false) is refused too.
 _BOUNDS: tuple[tuple[tuple[str, ...], Callable[[float], bool], str], ...] = (
@@ -137,6 +139,12 @@ class Settings:
     fetch_allowlist: str = ""  # e.g. "10.1.0.0/16,intranet.example,.corp.example"
     user_agent: str = "crawl-pipeline/0.1 (+https://github.com/crawl-pipeline)"
     rate_limit_rps: float = 2.0  # per domain, shared by every worker
+    # Adaptive slow-down (docs/POLITENESS.md): a domain's rate is cut on a 429 or 503 without
+    # Retry-After, a burst of 403s or rising latency, and grows back to RATE_LIMIT_RPS over this
+    # long. RATE_JITTER lengthens each interval by a random share of it, up to this (0.5 = up
+    # to half again), so requests are not evenly spaced; 0 = none.
+    rate_recovery_s: float = 60.0
+    rate_jitter: float = 0.0
     max_inline_wait_s: float = 2.0  # a longer rate-limit wait frees the fetch thread
     # A URL that must wait longer than the inline wait is held unacked in the worker for up to
     # this long (its domain slot reserved); longer waits go back through the broker. 0 = never hold.
