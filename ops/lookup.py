@@ -157,7 +157,8 @@ def _domain(
     next_slot = max(0.0, (int(tat) - now_us) / 1e6) if tat is not None else 0.0
     if "wmax" in slowdown:
         since_s = now_us / 1e6 - int(slowdown.get("at", "0")) / 1e6
-        share = rate_fraction(float(slowdown["wmax"]), since_s, settings.rate_recovery_s)
+        w0 = float(slowdown["w0"]) if "w0" in slowdown else None
+        share = rate_fraction(float(slowdown["wmax"]), since_s, settings.rate_recovery_s, w0)
         why = f", slowed after {slowdown.get('why', '?')} {since_s:.0f} s ago"
     else:
         share, why = 1.0, ""

@@ -65,13 +65,15 @@ class Slowdown:
     since_s: float
 
 
-def rate_fraction(wmax: float, since_s: float, recovery_s: float) -> float:
+def rate_fraction(wmax: float, since_s: float, recovery_s: float, w0: float | None = None) -> float:
     """_RATE_FRACTION_LUA in Python, for status: the share of the configured rate `since_s`
-    after a slow-down from the share `wmax`."""
+    after a cut to `w0` (BETA * wmax unless given), growing back towards `wmax`."""
     if wmax <= 0:
         return 1.0
-    w = (1 - BETA) * (since_s / recovery_s - wmax ** (1 / 3)) ** 3 + wmax
-    return float(min(1.0, max(BETA * wmax, w)))
+    start = BETA * wmax if w0 is None else w0
+    k = ((wmax - start) / (1 - BETA)) ** (1 / 3)
+    w = (1 - BETA) * (since_s / recovery_s - k) ** 3 + wmax
+    return float(min(1.0, max(start, w)))
 
 
 def slowed_domains(client: redis.Redis, keys: Keys, recovery_s: float) -> dict[str, Slowdown]:
@@ -86,7 +88,8 @@ def slowed_domains(client: redis.Redis, keys: Keys, recovery_s: float) -> dict[s
             if "wmax" not in fields:
                 continue
             since_s = now_s - int(fields.get("at", "0")) / 1e6
-            fraction = rate_fraction(float(fields["wmax"]), since_s, recovery_s)
+            w0 = float(fields["w0"]) if "w0" in fields else None
+            fraction = rate_fraction(float(fields["wmax"]), since_s, recovery_s, w0)
             if fraction < 1.0:
                 domain = _text(key)[len(prefix) : -len(suffix)]
                 found[domain] = Slowdown(fraction, fields.get("why", "?"), since_s)

@@ -11,14 +11,15 @@ makes a new script.
 from __future__ import annotations
 
 # The adaptive slow-down (docs/POLITENESS.md), read by every script that spaces requests: the
-# domain's rate now, as a fraction of its configured rate, from its backoff hash (`wmax`: the
-# fraction at which it was last told to slow down, `at`: when, µs). Each slow-down cuts the rate
-# to BETA of what it was; it then grows back along a cubic in time (the shape of TCP CUBIC's
-# window, as in adaptive client-side token buckets): quickly at first, flat near the rate that
-# was refused, so it lingers just below it, then faster again past it, probing for more. With
-# times counted in units of the recovery time R (ARGV), w(t) = (1 - BETA)(t - K)^3 + wmax and
-# K = cbrt(wmax): w(0) = BETA * wmax, w(K) = wmax, and a slow-down from the configured rate is
-# back to it after R. No key, or one without `wmax`: the configured rate.
+# domain's rate now, as a fraction of its configured rate, from its backoff hash (`w0`: the
+# fraction it was cut to, `wmax`: the one it grows back towards, `at`: when, µs). Each
+# slow-down cuts the rate to BETA of what it was; it then grows back along a cubic in time (the
+# shape of TCP CUBIC's window, RFC 8312, as in adaptive client-side token buckets): quickly at
+# first, flat near `wmax`, so it lingers just below the rate that was refused, then faster again
+# past it, probing for more. Times counted in units of the recovery time R (ARGV):
+# w(t) = (1 - BETA)(t - K)^3 + wmax with K = cbrt((wmax - w0) / (1 - BETA)), so w(0) = w0 and
+# w(K) = wmax; a cut from the configured rate is back to it after R. No key, or one without
+# `wmax`: the configured rate.
 _RATE_FRACTION_LUA = """
 local BETA = 0.7
 local function rate_fraction(key, now, recovery_us)
@@ -26,10 +27,11 @@ local function rate_fraction(key, now, recovery_us)
   if wmax <= 0 then
     return 1
   end
+  local w0 = tonumber(redis.call('HGET', key, 'w0') or tostring(BETA * wmax))
   local since = (now - tonumber(redis.call('HGET', key, 'at') or '0')) / recovery_us
-  local w = (1 - BETA) * (since - wmax ^ (1 / 3)) ^ 3 + wmax
-  if w < BETA * wmax then
-    w = BETA * wmax
+  local w = (1 - BETA) * (since - ((wmax - w0) / (1 - BETA)) ^ (1 / 3)) ^ 3 + wmax
+  if w < w0 then
+    w = w0
   end
   if w > 1 then
     w = 1
@@ -242,10 +244,17 @@ if tonumber(ARGV[5]) > 1 then
 end
 local cut = 0
 if now - tonumber(redis.call('HGET', KEYS[1], 'at') or '0') >= tonumber(ARGV[1]) / w then
-  local floor = tonumber(ARGV[2])
-  local wmax = math.max(w, floor / BETA)
-  redis.call('HSET', KEYS[1], 'wmax', tostring(wmax), 'at', string.format('%.0f', now), 'why', ARGV[4])
-  w = BETA * wmax
+  -- Refused below the rate it was growing back towards: that rate was too high, so aim a
+  -- little under where it was refused this time (RFC 8312's fast convergence).
+  local previous = tonumber(redis.call('HGET', KEYS[1], 'wmax') or '0')
+  local wmax = w
+  if w < previous then
+    wmax = w * (1 + BETA) / 2
+  end
+  w = math.max(BETA * w, tonumber(ARGV[2]))
+  wmax = math.max(wmax, w)
+  redis.call('HSET', KEYS[1], 'wmax', tostring(wmax), 'w0', tostring(w), 'at', string.format('%.0f', now),
+    'why', ARGV[4])
   cut = 1
   if redis.call('PTTL', KEYS[2]) > 0 then
     redis.call('PEXPIRE', KEYS[2], math.ceil(tonumber(ARGV[1]) / w / 1000) + 1)
@@ -254,8 +263,9 @@ end
 local wmax = tonumber(redis.call('HGET', KEYS[1], 'wmax') or '0')
 local left = 0
 if wmax > 0 then
+  local w0 = tonumber(redis.call('HGET', KEYS[1], 'w0'))
   local since = (now - tonumber(redis.call('HGET', KEYS[1], 'at'))) / recovery
-  left = (wmax ^ (1 / 3) + ((1 - wmax) / (1 - BETA)) ^ (1 / 3) - since) * recovery
+  left = (((wmax - w0) / (1 - BETA)) ^ (1 / 3) + ((1 - wmax) / (1 - BETA)) ^ (1 / 3) - since) * recovery
 end
 if redis.call('HEXISTS', KEYS[1], 'n') == 1 then
   left = math.max(left, window)

@@ -34,7 +34,11 @@ def test_a_cut_is_shared_and_made_once_per_interval(client: redis.Redis, setting
     time.sleep(1 / (10.0 * BETA) + 0.02)  # one slowed interval later the overload is news
     assert other.slow_down("a.example", 10.0, why="503") == pytest.approx(1 / BETA**2, rel=0.01)
     fields = client.hgetall(keys.backoff("a.example"))
-    assert fields[b"why"] == b"503" and float(fields[b"wmax"]) == pytest.approx(BETA, rel=0.01)
+    # Refused again below the rate it grew towards (1): it now aims under where it was refused.
+    assert fields[b"why"] == b"503" and float(fields[b"wmax"]) == pytest.approx(
+        BETA * (1 + BETA) / 2, rel=0.01
+    )
+    assert float(fields[b"w0"]) == pytest.approx(BETA**2, rel=0.01)
     # Every worker's reservation now has the slower rate.
     assert one.reserve("a.example", 10.0, max_wait_s=1.0).backoff == pytest.approx(1 / BETA**2, rel=0.01)
     slowed = slowed_domains(client, keys, 60)
