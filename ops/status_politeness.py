@@ -1,5 +1,5 @@
 """What ops.status shows of politeness beyond the queues: each proxy's health, and the domains
-slowed down now, with the jitter between requests. Read from Redis only (shared/keys.py).
+slowed down now, with the jitter between requests. Read from Redis only (shared/redis/keys.py).
 
     "proxies": [{"proxy": "socks5h://127.0.0.1:1080", "state": "usable", "benched_s": 0.0,
                  "recent_failures": 1}],
@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from shared.errors import ConfigError
-from shared.keys import Keys
+from shared.redis.keys import Keys
 from shared.settings import Settings
 
 MAX_DOMAINS = 20  # slowed domains listed; the rest are counted
@@ -25,7 +25,7 @@ MAX_DOMAINS = 20  # slowed domains listed; the rest are counted
 def proxy_health(settings: Settings, client: redis.Redis) -> list[dict[str, Any]] | dict[str, str]:
     """Each configured proxy: benched or usable, and its failures in the current window; or
     {"error": ...} when the proxies cannot be read (PROXY_FILE missing here)."""
-    from worker.proxies import proxies_of
+    from shared.http.proxies import proxies_of
 
     try:
         labels = [proxy.label for proxy in proxies_of(settings)]
@@ -48,8 +48,8 @@ def proxy_health(settings: Settings, client: redis.Redis) -> list[dict[str, Any]
 
 
 def politeness_figures(settings: Settings, client: redis.Redis) -> dict[str, Any]:
-    from worker.politeness_config import PolitenessConfig
-    from worker.ratelimit import slowed_domains
+    from worker.politeness.config import PolitenessConfig
+    from worker.politeness.ratelimit import slowed_domains
 
     config = PolitenessConfig.from_settings(settings)
     slowed = slowed_domains(client, Keys(settings.redis_prefix), settings.rate_recovery_s)

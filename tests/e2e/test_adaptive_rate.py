@@ -41,7 +41,7 @@ def test_a_crawl_settles_below_a_secret_rate_and_is_rarely_refused(settings: Set
 
 
 def _runs(settings: Settings) -> list[tuple[str]]:
-    from shared import db
+    from shared.postgres import db
 
     with db.connect(settings) as conn:
         return [(str(run),) for (run,) in conn.execute("SELECT DISTINCT run_id FROM pages").fetchall()]

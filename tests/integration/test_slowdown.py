@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from worker.ratelimit import BETA, RateLimiter, rate_fraction, slowed_domains
+from worker.politeness.ratelimit import BETA, RateLimiter, rate_fraction, slowed_domains
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.site import LoggedSite, pages_route
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
 from tests.socks_proxy import SocksProxy
