@@ -60,7 +60,7 @@ def politeness_figures(settings: Settings, client: redis.Redis) -> dict[str, Any
             {
                 "domain": domain,
                 "configured_rps": configured,
-                "rps_now": round(configured * slowdown.fraction, 3),
+                "rps_now": round(configured * slowdown.fraction, 2),
                 "reason": slowdown.reason,
                 "since_s": round(slowdown.since_s, 1),
             }
