@@ -20,6 +20,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError, one_line
+from shared.message_bounds import QUEUE_KINDS
 from shared.redis.cluster import cluster_nodes, is_cluster_url
 from shared.settings_file import FILE_VARIABLE, blamed_on_file, read_settings_file
 
@@ -131,6 +132,8 @@ class Settings:
     worker_id: str = field(default_factory=default_worker_id)
     fetch_concurrency: int = DEFAULT_FETCH_CONCURRENCY  # fetches in flight per worker process
     worker_processes: int = 1  # `python -m worker` forks this many workers (worker/pool.py)
+    # The work queues a worker serves: all by default; "priority" alone for a dedicated pool.
+    worker_queues: tuple[str, ...] = ("priority", "ttl", "bulk")
     fetch_connect_timeout_s: float = 5.0
     fetch_read_timeout_s: float = 15.0
     fetch_deadline_s: float = 30.0  # whole fetch, body included
@@ -237,6 +240,9 @@ class Settings:
     def validate(self) -> None:
         """Refuse settings that cannot work, with a one-line ConfigError naming the variable."""
         _check_values(self)
+        if not self.worker_queues or not set(self.worker_queues) <= set(QUEUE_KINDS):
+            kinds = ",".join(self.worker_queues)
+            raise ConfigError(f"WORKER_QUEUES: expected some of {','.join(QUEUE_KINDS)}, got {kinds!r}")
         if not self.retry_delays_s or any(d <= 0 for d in self.retry_delays_s):
             raise ConfigError("RETRY_DELAYS_S: expected positive seconds, e.g. '5,30'")
         if not 0 <= self.metrics_port <= 65535:
