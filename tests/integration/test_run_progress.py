@@ -1,0 +1,58 @@
+"""A run's progress from any machine: rate from the outcomes committed in the window, total
+from the run's Redis counters, and "producing" from a producer's heartbeat."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from ops.run_progress import ProgressReader, run_progress
+from shared import db
+from shared.keys import Keys
+from shared.redis_client import OPERATOR, connect_redis
+from shared.settings import Settings
+from worker.store_rows import UPSERT_SKIP
+
+pytestmark = pytest.mark.integration
+
+RUN = "progressing"
+
+
+def store_page(conn: psycopg.Connection[tuple[object, ...]], url: str, ago_s: float) -> None:
+    conn.execute(
+        "INSERT INTO pages (run_id, url, final_url, http_status, queue, worker_id, fetched_at)"
+        " VALUES (%s, %s, %s, 200, 'bulk', 'w', now() - make_interval(secs => %s))",
+        (RUN, url, url, ago_s),
+    )
+
+
+def test_progress_counts_the_window_and_sees_a_live_producer(settings: Settings) -> None:
+    db.ensure_schema(settings)
+    keys = Keys(settings.redis_prefix)
+    client = connect_redis(settings, OPERATOR)
+    try:
+        client.hset(keys.run_stats(RUN), mapping={"enqueued.bulk": 100, "enqueued.priority": 20})
+        with db.connect(settings, autocommit=True) as conn:
+            for n in range(40):  # 40 pages 10 minutes ago, then 30 in the last half minute
+                store_page(conn, f"https://a.test/old{n}", 600)
+            for n in range(30):
+                store_page(conn, f"https://a.test/new{n}", 5)
+            conn.execute(
+                UPSERT_SKIP,
+                {"run_id": RUN, "url": "https://a.test/s", "reason": "robots", "detail": "", "worker_id": "w"},
+            )
+        progress = run_progress(settings, RUN)
+        assert (progress.enqueued, progress.stored, progress.skipped, progress.left) == (120, 70, 1, 49)
+        assert progress.pages_per_s == pytest.approx(31 / 30)
+        assert progress.eta_s == pytest.approx(49 / (31 / 30))
+        assert not progress.producing
+
+        client.set(keys.producer_heartbeat(RUN, "owner1"), "1", px=5000)
+        with ProgressReader(settings) as reader:
+            assert reader.read(RUN).producing
+            assert reader.read(RUN).line().endswith("still enqueuing, ? queued, ETA >47s")
+            client.delete(keys.producer_heartbeat(RUN, "owner1"))
+            client.set(keys.producer_heartbeat(f"{RUN}2", "owner1"), "1", px=5000)  # another run's
+            assert not reader.read(RUN).producing
+    finally:
+        client.close()
