@@ -38,7 +38,23 @@ SELECT (SELECT count(*) FROM pages WHERE run_id = %(run)s),
 
 def page(url: str, *, run: str = RUN, failed: int = 0, cached: bool = False) -> dict[str, Any]:
     row = PageRow(
-        run, url, url, 200, "text/html", "t", None, None, None, None, "text", [], "bulk", failed, cached, 5, "w"
+        run,
+        url,
+        url,
+        200,
+        "text/html",
+        "t",
+        None,
+        None,
+        None,
+        None,
+        "text",
+        [],
+        "bulk",
+        failed,
+        cached,
+        5,
+        "w",
     )
     return page_params(row)
 
@@ -146,7 +162,7 @@ def test_a_database_written_before_the_counters_gets_them_on_upgrade(settings: S
             for table in ("pages", "dead_letters", "skips")
             for t in ("counted", "counted_update", "counted_truncate")
         ] + [("counted_delete", "pages"), ("counted_delete", "dead_letters")]:
-            conn.execute(f"DROP TRIGGER {table}_{trigger} ON {table}")  # type: ignore[arg-type]
+            conn.execute(f"DROP TRIGGER {table}_{trigger} ON {table}")
         conn.execute("DROP TABLE run_counters")
         for n in range(7):
             conn.execute(STORE_PAGE, page(f"https://a.test/p{n}", failed=n % 3))

@@ -39,7 +39,13 @@ def test_progress_counts_the_window_and_sees_a_live_producer(settings: Settings)
                 store_page(conn, f"https://a.test/new{n}", 5)
             conn.execute(
                 UPSERT_SKIP,
-                {"run_id": RUN, "url": "https://a.test/s", "reason": "robots", "detail": "", "worker_id": "w"},
+                {
+                    "run_id": RUN,
+                    "url": "https://a.test/s",
+                    "reason": "robots",
+                    "detail": "",
+                    "worker_id": "w",
+                },
             )
         progress = run_progress(settings, RUN)
         assert (progress.enqueued, progress.stored, progress.skipped, progress.left) == (120, 70, 1, 49)
