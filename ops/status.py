@@ -71,7 +71,7 @@ KNOWN_PREFIXES = ("crawl", "demo")
 # Without the management API, retry queues are found by name: those of the settings, of the
 # default RETRY_DELAYS_S and of `make demo` (ops/crawl.py), whichever exist.
 KNOWN_RETRY_DELAYS_S = (0.5, 1.0, 5.0, 30.0)
-ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer", "held")
+ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer", "held", "control")
 _DELAY_MS = re.compile(r"\.([0-9]+)ms$")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
