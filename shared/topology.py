@@ -9,9 +9,15 @@
                                                                     │ (recording failed)
                                                         <ns>.parked (fanout) ──▶ <ns>.parked
 
+    producer / worker ──new.render──▶ <ns>.work ──*.render──▶ <ns>.render ──▶ renderer
+
     ops.submit, POST /api/v1/runs ──(default exchange)──▶ <ns>.control.runs ──▶ producer --serve
                                                             │ (a request that does not decode)
                                                             ▶ <ns>.parked
+
+A page that needs a browser (a routing rule says `render = "always"`, or RENDER=auto found a
+script shell) travels as a task of kind `render`, through the same exchanges, retry and defer
+queues, and dead-letter exchange as any other.
 
 A retried URL (it failed) waits in a retry queue, a deferred URL (its domain could not take it
 yet: rate limit, pause, concurrency, robots.txt being fetched; nothing failed) in a defer queue.
@@ -28,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.message_bounds import RENDER_KIND
 from shared.messages import QUEUE_KINDS
 from shared.runstate import held_exchange
 from shared.settings import Settings
@@ -69,6 +76,11 @@ def dead_letter_exchange(ns: str) -> str:
 
 def work_queue(ns: str, kind: str) -> str:
     return f"{ns}.{kind}"
+
+
+def render_queue(ns: str) -> str:
+    """The queue the renderers consume: pages to load in a browser."""
+    return work_queue(ns, RENDER_KIND)
 
 
 def dead_letter_queue(ns: str) -> str:
@@ -113,7 +125,7 @@ def queue_role(ns: str, name: str) -> str | None:
     if not name.startswith(f"{ns}."):
         return None
     rest = name[len(ns) + 1 :]
-    if rest in QUEUE_KINDS:
+    if rest in QUEUE_KINDS or rest == RENDER_KIND:
         return WORK
     if rest in (DEAD, PARKED):
         return rest
@@ -213,6 +225,11 @@ def build_topology(settings: Settings) -> Topology:
             work_queue(ns, "bulk"),
             replicated({"x-dead-letter-exchange": dlx}),
             ((work_exchange(ns), "*.bulk"),),
+        ),
+        Queue(
+            render_queue(ns),
+            replicated({"x-dead-letter-exchange": dlx}),
+            ((work_exchange(ns), f"*.{RENDER_KIND}"),),
         ),
         Queue(
             dead_letter_queue(ns),
