@@ -54,6 +54,7 @@ def run_keys_patterns(keys: Keys, run_id: str) -> list[str]:
         keys.run_stats(run),
         keys.run_state(run),
         keys.run_seeded(run),
+        keys.run_producing(run),
         keys.producer_heartbeat(run, "*"),
         keys.producer_heartbeat(run, "*", "??"),  # one per bucket group on a Redis Cluster
         keys.seen(run, "??") + "*",  # the run's 65,536 dedup hashes

@@ -4,8 +4,8 @@ ops.crawl computes its rate from snapshots it takes itself, so the figure lived 
 terminal. Here the same figures come from committed state alone: the outcomes from the per-run
 counters (run_counters, shared/schema.sql), the rate from the outcomes committed in the last
 RATE_WINDOW_S seconds (their commit-time columns: pages.fetched_at, dead_letters.last_failed_at,
-skips.recorded_at), the total from the run's Redis counters, and "still producing" from a live
-producer heartbeat. ops.status --run, ops.runs show and the dashboard all call `ProgressReader`,
+skips.recorded_at), the total from the run's Redis counters, and "still producing" from the key
+every producer's heartbeat renews. ops.status --run, ops.runs show and the dashboard all call `ProgressReader`,
 and print with shared.progress's own formatting, so every place shows the same line.
 
 The rate counts outcomes whose time falls in the window: a page rewritten by a redelivery has
@@ -106,16 +106,8 @@ def rate_per_s(recent: int, age_s: float | None, window_s: float) -> float:
 
 
 def producing(client: redis.Redis, prefix: str, run_id: str) -> bool:
-    """A producer of the run beats (producer/liveness.py), one key per process, or per bucket
-    group on a Redis Cluster (Keys.producer_heartbeat)."""
-    keys = Keys(prefix)
-    plain = keys.producer_heartbeat(run_id, "")
-    grouped_head = f"{prefix}:run:{{{run_id}:"
-    for key in client.scan_iter(match=f"{prefix}:run:*:producer:*", count=1000):
-        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
-        if text.startswith(plain) or (text.startswith(grouped_head) and "}:producer:" in text):
-            return True
-    return False
+    """A producer of the run beats (producer/liveness.py renews Keys.run_producing)."""
+    return bool(client.exists(Keys(prefix).run_producing(run_id)))
 
 
 class ProgressReader:

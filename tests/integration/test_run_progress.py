@@ -7,6 +7,7 @@ import psycopg
 import pytest
 
 from ops.run_progress import ProgressReader, run_progress
+from producer.dedup import Dedup
 from shared import db
 from shared.keys import Keys
 from shared.redis_client import OPERATOR, connect_redis
@@ -53,12 +54,12 @@ def test_progress_counts_the_window_and_sees_a_live_producer(settings: Settings)
         assert progress.eta_s == pytest.approx(49 / (31 / 30))
         assert not progress.producing
 
-        client.set(keys.producer_heartbeat(RUN, "owner1"), "1", px=5000)
+        Dedup(client, keys, RUN).beat()  # what a producer's heartbeat does every second
         with ProgressReader(settings) as reader:
             assert reader.read(RUN).producing
             assert reader.read(RUN).line().endswith("still enqueuing, ? queued, ETA >47s")
-            client.delete(keys.producer_heartbeat(RUN, "owner1"))
-            client.set(keys.producer_heartbeat(f"{RUN}2", "owner1"), "1", px=5000)  # another run's
+            client.delete(keys.run_producing(RUN))  # as it lapses after the producer's end
+            Dedup(client, keys, f"{RUN}2").beat()  # another run's producer
             assert not reader.read(RUN).producing
     finally:
         client.close()
