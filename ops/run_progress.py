@@ -5,8 +5,9 @@ terminal. Here the same figures come from committed state alone: the outcomes fr
 counters (run_counters, shared/schema.sql), the rate from the outcomes committed in the last
 RATE_WINDOW_S seconds (their commit-time columns: pages.fetched_at, dead_letters.last_failed_at,
 skips.recorded_at), the total from the run's Redis counters, and "still producing" from the key
-every producer's heartbeat renews. ops.status --run, ops.runs show and the dashboard all call `ProgressReader`,
-and print with shared.progress's own formatting, so every place shows the same line.
+every producer's heartbeat renews. ops.status --run, ops.runs show and the dashboard all call
+`ProgressReader`, and print with shared.progress's own formatting, so every place shows the
+same line.
 
 The rate counts outcomes whose time falls in the window: a page rewritten by a redelivery has
 its fetched_at moved and counts again, so the rate can read slightly high while copies are

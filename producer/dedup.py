@@ -207,8 +207,9 @@ class Dedup:
 
     def beat(self) -> None:
         """Say this producer is alive for HEARTBEAT_TTL_MS more, and the run is being seeded."""
+        own = self._group_heartbeats() if self._cluster else [self._heartbeat_prefix + self.owner]
         with self._client.pipeline(transaction=False) as pipe:
-            for key in [self._heartbeat_prefix + self.owner] if not self._cluster else self._group_heartbeats():
+            for key in own:
                 pipe.set(key, b"1", px=HEARTBEAT_TTL_MS)
             # Not removed by stop_beating: another producer of the run may still beat. It lapses
             # with the last one's heartbeat.
