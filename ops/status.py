@@ -50,6 +50,7 @@ from shared.redis_errors import translate_redis_errors
 from shared.runstate import held_queue
 from shared.settings import Settings
 from shared.topology import (
+    CONTROL,
     DEAD,
     PARKED,
     build_topology,
@@ -71,7 +72,7 @@ KNOWN_PREFIXES = ("crawl", "demo")
 # Without the management API, retry queues are found by name: those of the settings, of the
 # default RETRY_DELAYS_S and of `make demo` (ops/crawl.py), whichever exist.
 KNOWN_RETRY_DELAYS_S = (0.5, 1.0, 5.0, 30.0)
-ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer", "held", "control")
+ROLE_ORDER = ("work", DEAD, PARKED, CONTROL, "retry", "defer", "held")
 _DELAY_MS = re.compile(r"\.([0-9]+)ms$")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
