@@ -32,7 +32,7 @@ from psycopg import sql
 from ops.accounting import account_on, latest_runs
 from ops.run_progress import ProgressReader
 from ops.status import REPLAYED_OF_RUN
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 
 RUN = "bench-big"

@@ -11,11 +11,11 @@ from typing import Any
 
 import psycopg
 
-from shared import db
 from shared.errors import ServiceUnavailable
+from shared.postgres import db
 from shared.settings import Settings
 
-# Every figure comes from run_counters (shared/schema.sql), which triggers keep in the same
+# Every figure comes from run_counters (shared/postgres/schema.sql), which triggers keep in the same
 # transaction as the rows they count: a run's figures cost a few index lookups whatever its
 # size, where count(*) over its rows grew with it (about 1 s at 1,000,000 pages).
 COUNTERS = """

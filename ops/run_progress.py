@@ -2,7 +2,7 @@
 
 ops.crawl computes its rate from snapshots it takes itself, so the figure lived only in its
 terminal. Here the same figures come from committed state alone: the outcomes from the per-run
-counters (run_counters, shared/schema.sql), the rate from the outcomes committed in the last
+counters (run_counters, shared/postgres/schema.sql), the rate from the outcomes committed in the last
 RATE_WINDOW_S seconds (their commit-time columns: pages.fetched_at, dead_letters.last_failed_at,
 skips.recorded_at), the total from the run's Redis counters, and "still producing" from the key
 every producer's heartbeat renews. ops.status --run, ops.runs show and the dashboard all call
@@ -27,13 +27,13 @@ import psycopg
 import redis
 
 from ops.accounting import OUTCOMES
-from shared import db
 from shared.errors import ServiceUnavailable
-from shared.keys import Keys
+from shared.postgres import db
 from shared.progress import RATE_WINDOW_S, Snapshot, eta_s, live_detail, periodic_line
-from shared.redis_client import GLANCE, connect_redis
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import recorded_enqueued
+from shared.redis.client import GLANCE, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import recorded_enqueued
 from shared.settings import Settings
 
 # The outcomes committed within the window, and the seconds since the run's first outcome.

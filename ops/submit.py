@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from producer.service import new_run_id
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, control_queue
 from shared.cli import configure_logging, run_main
-from shared.crawl_request import MAX_REQUEST_BYTES, CrawlRequest, InvalidRequest, UrlCheck, check
+from shared.crawl_request import MAX_REQUEST_BYTES, CrawlRequest, InvalidRequest, UrlCheck, check, new_run_id
 from shared.errors import ServiceUnavailable
-from shared.netguard import check_url
+from shared.http.netguard import check_url
 from shared.settings import Settings
-from shared.topology import build_topology, control_queue
 
 # Publishes an encoded request to the control queue, waiting for the broker's confirm.
 Publish = Callable[[Settings, bytes], None]

@@ -30,14 +30,14 @@ from typing import Any
 
 from producer.seeding import mark_seeded, seeded_summary
 from producer.service import Options, run
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, control_queue
 from shared.consumer import Delivery, Outcome, StopEvent, Subscription, run_consumers
 from shared.crawl_request import CrawlRequest, InvalidRequest, check
 from shared.errors import DecodeError
+from shared.http.netguard import check_url
 from shared.metrics import start_metrics_server
-from shared.netguard import check_url
 from shared.settings import Settings
-from shared.topology import build_topology, control_queue
 
 log = logging.getLogger(__name__)
 

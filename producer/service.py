@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
-import secrets
 import signal
 import threading
 import time
@@ -25,17 +23,18 @@ from producer.routing import load_router
 from producer.sitemaps import SitemapReader
 from producer.sources import all_entries, check_url_files
 from producer.spread import spread_hosts
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
+from shared.crawl_request import new_run_id as new_run_id  # where producer callers found it
 from shared.errors import ConfigError
-from shared.keys import Keys
+from shared.http.proxies import ProxyPool
 from shared.message_bounds import RUN_ID_PATTERN
-from shared.redis_client import PRODUCER, connect_redis
-from shared.redis_errors import translate_redis_errors
+from shared.redis.client import PRODUCER, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.signals import stop_signals_call
-from shared.topology import build_topology
 from shared.urls import InvalidURL, canonicalize
-from worker.proxies import ProxyPool
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +42,6 @@ START_WORKERS = (
     "python -m worker  (as many as you like, plus python -m dlq_consumer; "
     "or all in one: make crawl SITEMAP=<url>)"
 )
-
-
-def new_run_id() -> str:
-    """e.g. 20250101-120000-3fa2c1: sortable by start time, unique across parallel starts."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ discovery options of a crawl that follows links, say) is a field added there and
 
 from __future__ import annotations
 
+import datetime
 import json
 import secrets
 import time
@@ -33,11 +34,18 @@ from shared.urls import InvalidURL, canonicalize
 MAX_REQUEST_BYTES = 1024 * 1024
 VERSION = 1
 
-UrlCheck = Callable[[str], None]  # raises BlockedAddress (shared/netguard.py's check_url)
+UrlCheck = Callable[[str], None]  # raises BlockedAddress (shared/http/netguard.py's check_url)
 
 
 class InvalidRequest(ConfigError):
     """A crawl request that cannot be queued: one line naming the field and what is wrong."""
+
+
+def new_run_id() -> str:
+    """e.g. 20250101-120000-3fa2c1: sortable by start time, unique across parallel starts (a
+    producer started without --run-id, a request without a run id)."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 def new_request_id() -> str:

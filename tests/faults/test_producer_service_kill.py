@@ -16,9 +16,10 @@ import pytest
 
 from ops.submit import submit
 from producer.seeding import seeded_summary
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, control_queue
+from shared.postgres import db
 from shared.settings import Settings
-from shared.topology import build_topology, control_queue
 from tests.faults.conftest import SIZE, Size
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import queued_messages, wait_for_ledger

@@ -1,4 +1,4 @@
-"""The per-run counters (run_counters, shared/schema.sql) equal what count(*) over the rows says,
+"""The per-run counters (run_counters, shared/postgres/schema.sql) equal what count(*) over the rows says,
 through every writer's statements: the worker's page and skip upserts (redeliveries included),
 the dead-letter consumer's upsert, a replay, a purge, an operator's bulk SQL and TRUNCATE; an
 existing database gets its counters filled in when it upgrades; and two writers of one run
@@ -15,11 +15,12 @@ import pytest
 from dlq_consumer import store
 from dlq_consumer.record import record_from_delivery
 from ops.accounting import Accounting, account, latest_runs
-from shared import db
 from shared.consumer import Delivery
 from shared.messages import CrawlTask, Failure, Progress
+from shared.postgres import db
+from shared.postgres.skips import UPSERT_SKIP
 from shared.settings import Settings
-from worker.store_rows import STORE_PAGE, UPSERT_SKIP, PageRow, page_params
+from worker.store.rows import STORE_PAGE, PageRow, page_params
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ import pytest
 
 from ops.run_progress import ProgressReader, run_progress
 from producer.dedup import Dedup
-from shared import db
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.postgres.skips import UPSERT_SKIP
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from worker.store_rows import UPSERT_SKIP
 
 pytestmark = pytest.mark.integration
 

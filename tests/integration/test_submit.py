@@ -15,13 +15,13 @@ import pytest
 
 from ops.submit import submit
 from producer.seeding import seeded_summary
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, control_queue, work_queue
 from shared.crawl_request import CrawlRequest
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import recorded_enqueued
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import recorded_enqueued
 from shared.settings import Settings
-from shared.topology import build_topology, control_queue, work_queue
 from tests.e2e.conftest import service_env
 from tests.integration.test_producer import LocalSite, urlset
 
