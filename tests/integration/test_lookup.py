@@ -25,8 +25,6 @@ from worker.fetch.response import Response
 from worker.politeness.ratelimit import RateLimiter
 from worker.politeness.robots import RedisRobotsStore, RobotsEntry
 
-pytestmark = pytest.mark.integration
-
 URL = "HTTP://Example.COM:80/a/../docs/?b=2&a=1"
 DOMAIN = "example.com"
 

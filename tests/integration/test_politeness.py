@@ -32,8 +32,6 @@ from worker.politeness.ratelimit import RateLimiter, Reservation
 from worker.store.writer import ResultStore
 from worker.wiring import build_handler
 
-pytestmark = pytest.mark.integration
-
 
 @dataclass
 class CrawlReport:

@@ -28,8 +28,6 @@ from shared.redis.client import OPERATOR, connect_redis
 from shared.redis.keys import Keys
 from shared.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 RUN = "run-s"
 CLOSED_PORT_HTTP = "http://127.0.0.1:1"

@@ -21,8 +21,6 @@ from shared.redis.runstate import held_queue
 from shared.settings import Settings
 from tests.conftest import cleanup, unique_name
 
-pytestmark = pytest.mark.integration
-
 CLOSED_PORT_HTTP = "http://127.0.0.1:1"
 
 

@@ -21,8 +21,6 @@ from prometheus_client.metrics import MetricWrapperBase
 from shared import metrics
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 BACKING_SERVICES = ("rabbitmq", "redis", "postgres")
 PIPELINE_SERVICES = ("producer", "producer_service", "worker", "dlq_consumer")

@@ -25,8 +25,6 @@ from worker.politeness.gate import (
     DomainGate,
 )
 
-pytestmark = pytest.mark.unit
-
 SETTINGS = Settings(rate_limit_rps=2.0, max_concurrent_per_domain=8, max_inline_wait_s=1.0)
 
 

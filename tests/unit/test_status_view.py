@@ -11,8 +11,6 @@ from ops.status_view import CLEAR_SCREEN, frame, render
 from shared.amqp.topology import queue_role
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 NS = "crawl"
 
 
