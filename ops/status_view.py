@@ -155,6 +155,7 @@ def _run_lines(run: dict[str, Any], fitted: bool) -> list[str]:
             + f", replayed {run['replayed']}",
             f"  skips     {_pairs(run['skips']) or 0}",
             f"  counters  {counters}",
+            *_progress_lines(run, 10),
             *_copies_lines(run, 10),
         ]
     return [
@@ -164,8 +165,15 @@ def _run_lines(run: dict[str, Any], fitted: bool) -> list[str]:
         f"  replayed       {run['replayed']}",
         f"  skips          {_pairs(run['skips']) or 0}",
         f"  counters       {counters}" + (f"  (Redis prefix {prefix})" if prefix else ""),
+        *_progress_lines(run, 15),
         *_copies_lines(run, 15),
     ]
+
+
+def _progress_lines(run: dict[str, Any], width: int) -> list[str]:
+    """The line ops.crawl prints, from committed figures (ops/run_progress.py)."""
+    progress = run.get("progress")
+    return [f"  {'progress':<{width - 2}}{progress['line']}"] if progress else []
 
 
 def _copies_lines(run: dict[str, Any], width: int) -> list[str]:

@@ -12,8 +12,6 @@ from ops.accounting import account
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 
-pytestmark = pytest.mark.e2e
-
 SECRET_RPS = 20.0
 CONFIGURED_RPS = 40.0  # what RATE_LIMIT_RPS allows: twice what the site takes
 PAGES = 200

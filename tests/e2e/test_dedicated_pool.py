@@ -19,8 +19,6 @@ from shared.messages import CrawlTask
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 
-pytestmark = pytest.mark.e2e
-
 REPO = Path(__file__).resolve().parents[2]
 RUN = "dedicated"
 

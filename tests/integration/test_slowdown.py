@@ -15,8 +15,6 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from worker.politeness.ratelimit import BETA, RateLimiter, rate_fraction, slowed_domains
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:

@@ -16,8 +16,6 @@ from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
 from tests.socks_proxy import SocksProxy
 
-pytestmark = pytest.mark.integration
-
 PASSWORD = "s0cks-pw"
 
 

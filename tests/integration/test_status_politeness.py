@@ -15,8 +15,6 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from worker.politeness.ratelimit import BETA, RateLimiter
 
-pytestmark = pytest.mark.integration
-
 
 def test_status_shows_proxy_health_and_slowed_domains(settings: Settings) -> None:
     shown = dataclasses.replace(

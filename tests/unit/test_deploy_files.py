@@ -23,7 +23,7 @@ from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 BACKING_SERVICES = ("rabbitmq", "redis", "postgres")
-PIPELINE_SERVICES = ("producer", "worker", "dlq_consumer")
+PIPELINE_SERVICES = ("producer", "producer_service", "worker", "dlq_consumer")
 APP_MODULES = {"producer", "worker", "dlq_consumer", "demo_site"}
 # Variables only compose reads (to configure RabbitMQ, PostgreSQL and Grafana, and build the URLs).
 COMPOSE_CREDENTIALS = {
@@ -46,6 +46,7 @@ SECRETS_NEEDED = {
     "postgres": {"POSTGRES_PASSWORD"},
     "grafana": {"GRAFANA_ADMIN_PASSWORD"},
     "producer": {"RABBITMQ_DEFAULT_PASS"},
+    "producer_service": {"RABBITMQ_DEFAULT_PASS"},
     "worker": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "worker-priority": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "dlq_consumer": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
