@@ -119,7 +119,8 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
     keys = Keys(settings.redis_prefix)
     cache = ResponseCache.from_settings(client, settings)
     proxies = ProxyPool.from_settings(settings, client)
-    gate = DomainGate(RateLimiter(client, keys), PolitenessConfig.from_settings(settings), settings)
+    limiter = RateLimiter(client, keys, settings.rate_recovery_s, settings.rate_jitter)
+    gate = DomainGate(limiter, PolitenessConfig.from_settings(settings), settings)
     robots = Robots(
         RedisRobotsStore(client, keys),
         settings.user_agent,

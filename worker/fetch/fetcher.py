@@ -34,7 +34,7 @@ import urllib3.exceptions
 
 from shared.errors import PermanentError, TransientError
 from shared.http.deadline import fetch_deadline
-from shared.http.proxies import ProxyFailed, without_credentials
+from shared.http.proxies import ProxyFailed, socks_proxy_at_fault, without_credentials
 from shared.settings import Settings
 from worker.fetch.raw_body import exchange_of, read_raw_body
 from worker.fetch.response import Response
@@ -71,18 +71,29 @@ class Validators:
         return headers
 
 
+def _connection_failure(
+    url: str, exc: requests.exceptions.ConnectionError, via_proxy: bool
+) -> TransientError:
+    """The proxy's failure (ProxyFailed) or the site's: an HTTP proxy's error, a timed-out
+    connection to a proxy (the one connection made), or a SOCKS proxy unreachable or refusing
+    our login are the proxy's."""
+    if isinstance(exc, requests.exceptions.ProxyError) or (
+        via_proxy and (isinstance(exc, requests.exceptions.ConnectTimeout) or socks_proxy_at_fault(exc))
+    ):
+        return ProxyFailed("proxy_error", without_credentials(f"{url}: {exc}"))
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return TransientError("timeout", f"{url}: {exc}")
+    return TransientError("connection_error", f"{url}: {exc}")
+
+
 @contextlib.contextmanager
 def _translate_errors(url: str, via_proxy: bool = False) -> Iterator[None]:
     """The one place where requests' and urllib3's exceptions become ours."""
     try:
         yield
-    except requests.exceptions.ProxyError as exc:  # before ConnectionError, its base
-        raise ProxyFailed("proxy_error", without_credentials(f"{url}: {exc}")) from None
-    except requests.exceptions.ConnectTimeout as exc:
-        if via_proxy:  # the connection that timed out was the one to the proxy
-            raise ProxyFailed("proxy_error", without_credentials(f"{url}: {exc}")) from None
-        raise TransientError("timeout", f"{url}: {exc}") from None
-    except requests.exceptions.Timeout as exc:  # before ConnectionError: ConnectTimeout is both
+    except requests.exceptions.ConnectionError as exc:  # ProxyError and ConnectTimeout among them
+        raise _connection_failure(url, exc, via_proxy) from None
+    except requests.exceptions.Timeout as exc:  # a read timeout (ConnectTimeout is taken above)
         raise TransientError("timeout", f"{url}: {exc}") from None
     except (
         requests.exceptions.InvalidURL,
@@ -94,7 +105,7 @@ def _translate_errors(url: str, via_proxy: bool = False) -> Iterator[None]:
         raise PermanentError("invalid_url", f"{url}: {exc}") from None
     except requests.exceptions.ContentDecodingError as exc:
         raise PermanentError("bad_content_encoding", f"{url}: {exc}") from None
-    except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+    except requests.exceptions.ChunkedEncodingError as exc:
         raise TransientError("connection_error", f"{url}: {exc}") from None
     except requests.exceptions.RequestException as exc:
         raise TransientError("request_error", f"{url}: {exc}") from None
