@@ -31,7 +31,7 @@ from shared.progress import Snapshot
 from shared.redis_client import OPERATOR, connect_redis
 from shared.runstate import read_state, recorded_counters, recorded_enqueued
 from shared.settings import Settings
-from shared.topology import build_topology
+from shared.topology import build_topology, discovery_queue
 
 OUTAGE_LIMIT_S = 120.0
 # What a lost Redis or PostgreSQL raises here (PostgreSQL's arrives translated by shared.db).
@@ -109,6 +109,21 @@ class RunWatch:
             finally:
                 channel.close()
         except Exception:  # only progress figures: a missing one is shown as "?"
+            self._forget_connection()
+            return None
+
+    def links_waiting(self) -> int | None:
+        """Ready messages in the discovery queue (links of stored pages, for the frontier); None
+        when the broker cannot be asked right now."""
+        try:
+            if self._connection is None or not self._connection.is_open:
+                self._connection = broker.connect(self._settings, "crawl progress")
+            channel = self._connection.channel()
+            try:
+                return broker.queue_depth(channel, discovery_queue(self._settings.crawl_namespace))[0]
+            finally:
+                channel.close()
+        except Exception:  # the crawl asks again at its next poll
             self._forget_connection()
             return None
 

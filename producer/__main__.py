@@ -9,7 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from producer.discovery_args import DiscoveryArgs, add_discovery_arguments
 from producer.final_scrape import ScrapeWatch, linger_until_scraped
+from producer.frontier_service import serve as serve_frontier
 from producer.seeding import mark_seeded, seeded_summary
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
@@ -89,6 +91,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="exit 3 when any sitemap could not be read, not only when none could "
         "(the URLs of those that were read are published all the same)",
     )
+    parser.add_argument(
+        "--frontier",
+        action="store_true",
+        help="run the frontier of discovery runs instead: follow the links workers send, until "
+        "SIGTERM (python -m ops.crawl starts it)",
+    )
+    add_discovery_arguments(parser)
     args = parser.parse_args(argv)
     if args.once and not args.run_id:
         raise ConfigError("--once: give the run a name with --run-id, or every start is a new run")
@@ -101,6 +110,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         recrawl_of=args.recrawl_of,
         once=args.once,
         strict=args.strict,
+        discovery=DiscoveryArgs.from_namespace(args),
+        frontier=args.frontier,
     )
 
 
@@ -108,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     settings = Settings.from_env()
     configure_logging(settings.log_level, "producer", settings.log_format)
+    if options.frontier:
+        return serve_frontier(settings)
     if options.once and (earlier := seeded_summary(settings, options.run_id)) is not None:
         log.info("run %s was seeded at %s: nothing to do", options.run_id, earlier.get("seeded_at"))
         print(json.dumps({**earlier, "already_seeded": True}), flush=True)

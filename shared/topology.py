@@ -8,6 +8,7 @@
     worker (3rd failure) ─────────────────────────────▶ <ns>.dlx (fanout) ──▶ <ns>.dead ──▶ dlq_consumer
                                                                     │ (recording failed)
                                                         <ns>.parked (fanout) ──▶ <ns>.parked
+    worker (page stored, discovery run) ──links──▶ <ns>.discover (direct) ──▶ <ns>.discovery ──▶ frontier
 
 A retried URL (it failed) waits in a retry queue, a deferred URL (its domain could not take it
 yet: rate limit, pause, concurrency, robots.txt being fetched; nothing failed) in a defer queue.
@@ -61,6 +62,18 @@ def defer_exchange(ns: str) -> str:
 
 def dead_letter_exchange(ns: str) -> str:
     return f"{ns}.dlx"
+
+
+def discovery_exchange(ns: str) -> str:
+    return f"{ns}.discover"
+
+
+def discovery_queue(ns: str) -> str:
+    """One message a stored page of a discovery run: its links, for the frontier (producer/frontier.py)."""
+    return f"{ns}.discovery"
+
+
+LINKS_ROUTING_KEY = "links"
 
 
 def work_queue(ns: str, kind: str) -> str:
@@ -207,11 +220,15 @@ def build_topology(settings: Settings) -> Topology:
             ((dlx, ""),),
         ),
         Queue(parked_queue(ns), replicated({}), ((parked_exchange(ns), ""),)),
+        # No dead-letter exchange: a links message the frontier cannot read is no URL of the
+        # run yet, and the dead-letter consumer records tasks.
+        Queue(discovery_queue(ns), replicated({}), ((discovery_exchange(ns), LINKS_ROUTING_KEY),)),
     ]
     if settings.queue_type == "quorum":
         queues = [
             q
-            if "x-max-priority" in q.arguments or q.name in (dead_letter_queue(ns), parked_queue(ns))
+            if "x-max-priority" in q.arguments
+            or q.name in (dead_letter_queue(ns), parked_queue(ns), discovery_queue(ns))
             else Queue(q.name, {**q.arguments, "x-delivery-limit": QUORUM_DELIVERY_LIMIT}, q.bindings)
             for q in queues
         ]
@@ -239,6 +256,7 @@ def build_topology(settings: Settings) -> Topology:
             Exchange(defer_exchange(ns), "topic"),
             Exchange(dlx, "fanout"),
             Exchange(parked_exchange(ns), "fanout"),
+            Exchange(discovery_exchange(ns), "direct"),
             # Where workers move a paused run's messages (shared/runstate.py). Declared by every
             # service, so a publish to it never finds it missing (a 404 would close the channel);
             # the run's queue is bound to it only while the run is paused.

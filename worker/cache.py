@@ -117,6 +117,7 @@ class ResponseCache:
             "ct": response.content_type,
             "etag": response.etag,
             "lm": response.last_modified,
+            "xrt": response.robots_tag,
             "at": self._clock(),
         }
         body = zlib.compress(response.body, _ZLIB_LEVEL)
@@ -158,6 +159,7 @@ class ResponseCache:
                 body=body,
                 etag=_optional_str(header.get("etag")),
                 last_modified=_optional_str(header.get("lm")),
+                robots_tag=_optional_str(header.get("xrt")),
                 from_cache=True,
             )
             # Young enough (by this worker's clock against the storing one's) to use as it is.

@@ -35,6 +35,7 @@ from shared.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
 from shared.topology import Topology
 from shared.urls import domain_of
+from worker.discovered_links import after_storing
 from worker.forwards import dead_letter, defer, hold_paused, retry
 from worker.handling_log import log
 from worker.parse import decode_html, parse_budget, parse_page
@@ -213,7 +214,9 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             page = parse_page(html, response.final_url, budget=self._parse_budget)
             profile, extracted = profile_fields(self.profiles, task.url, html, self._parse_budget)
         row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
-        return self._store_later(task, row, response, progress)
+        # Discovery: the page's links go out with its ack (worker/discovered_links.py).
+        then = after_storing(self.topology, task, page, response)
+        return self._store_later(task, row, response, progress, then)
 
     def _mark_handling(self) -> None:
         """The "handling" marker (worker/poison.py), once a handling: from here the handling may

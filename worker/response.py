@@ -20,6 +20,7 @@ class Response:
     from_cache: bool = False  # the body came from the cache (fresh, or revalidated by a 304)
     not_modified: bool = False  # a 304 answered our conditional request
     proxy: str | None = None  # the proxy it came through, without credentials
+    robots_tag: str | None = None  # the X-Robots-Tag header: a discovery run follows no links on "nofollow"
 
 
 @dataclass(frozen=True)
