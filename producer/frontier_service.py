@@ -29,7 +29,6 @@ from shared.consumer import Delivery, Outcome, Subscription, run_consumers
 from shared.errors import DecodeError
 from shared.keys import Keys
 from shared.links_message import PageLinks
-from shared.metrics import start_metrics_server
 from shared.redis_client import PRODUCER, connect_redis
 from shared.redis_errors import translate_redis_errors
 from shared.settings import Settings
@@ -98,8 +97,8 @@ class FrontierHandler:
 
 
 def serve(settings: Settings) -> int:
-    """Run the frontier until SIGTERM/SIGINT; return the exit code."""
-    start_metrics_server(settings)
+    """Run the frontier until SIGTERM/SIGINT; return the exit code. It serves no metrics of its
+    own (its counts are the run's, in Redis): ops.crawl gives METRICS_PORT to the others."""
     client = connect_redis(settings, PRODUCER, ping=True)
     router = load_router(settings.routing_file)
     with ConfirmingPublisher(settings) as publisher:
