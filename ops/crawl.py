@@ -227,7 +227,8 @@ def wait_until_accounted(
         if summary is None and producer.poll() is not None:
             summary = producer_summary(producer, log_dir)
             display.note(producer_line(summary))
-        found = watch.snapshot_if_reachable(producing=summary is None)
+        # A discovery run's total grows until its end: its ETA is a lower bound (">") throughout.
+        found = watch.snapshot_if_reachable(producing=summary is None or discovering)
         if found is None:  # Redis or PostgreSQL away for now: asked again at the next poll
             unknown = f"? of ? done (waiting for {watch.unreachable})"
             display.show(snapshot.done if snapshot else 0, None, unknown, unknown)
