@@ -35,10 +35,12 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) -m ops.crawl --demo --workers $(WORKERS)
 
-# Crawl a sitemap (or a site root) with a pool of WORKERS workers and a dead-letter consumer until done.
+# Crawl a sitemap (or a site root) with a pool of WORKERS workers and a dead-letter consumer until done,
+# once the launch checks (python -m ops.check) pass.
 # RUN_ID of an interrupted run finishes it; RECRAWL_OF=<earlier run> fetches only what changed.
 crawl: install
 	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N] [RUN_ID=id] [RECRAWL_OF=id]"; exit 2; }
+	$(PY) -m ops.check
 	$(PY) -m ops.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(RECRAWL_OF),--recrawl-of $(RECRAWL_OF))
 
 # Unit, integration and end-to-end tests. Never stops or restarts a service (the fault scenarios

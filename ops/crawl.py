@@ -43,6 +43,7 @@ from ops.crawl_processes import (
 )
 from ops.crawl_report import print_accounting, producer_line, what_stays
 from ops.crawl_workers import DEFAULT_WORKERS, worker_launches
+from ops.run_delete import delete_run
 from ops.run_watch import RunWatch
 from producer.discovery_args import DiscoveryArgs, add_discovery_arguments
 from producer.discovery_scope import DiscoveryOptions
@@ -289,6 +290,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--run-id", default="", help="name of the run; an interrupted run's id finishes that run"
     )
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start --run-id from nothing: delete its rows, Redis keys and hold queue first "
+        "(as `python -m ops.runs delete`; refused while it has URLs queued or held)",
+    )
+    parser.add_argument(
         "--recrawl-of",
         default="",
         metavar="RUN_ID",
@@ -334,7 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--workers: must be at least 1")
     if args.progress_every <= 0:
         raise ConfigError("--progress-every: must be more than 0 seconds")
+    if args.fresh and not args.run_id:
+        raise ConfigError("--fresh: give the --run-id to start again (a new run starts fresh anyway)")
     run_id = args.run_id or new_run_id("demo" if args.demo else "run")
+    if args.fresh:
+        forget_run(settings, run_id)
     log_dir = Path(args.log_dir) / run_id
     with served_demo_site(args.demo, settings, log_dir, env) as site_args:
         return run_crawl(
@@ -368,6 +379,15 @@ def served_demo_site(
             f"requests logged to {log_dir}/site-requests.jsonl"
         )
         yield ["--site", site_root]
+
+
+def forget_run(settings: Settings, run_id: str) -> None:
+    client = connect_redis(settings, OPERATOR)
+    try:
+        deleted = delete_run(settings, client, Keys(settings.redis_prefix), run_id, force=False)
+    finally:
+        client.close()
+    print(f"run {run_id}: starting fresh ({deleted.rows} rows and {deleted.keys} Redis keys deleted)")
 
 
 def forget_cached_responses(settings: Settings) -> None:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from shared.errors import ConfigError, one_line
 from shared.redis_cluster import cluster_nodes, is_cluster_url
+from shared.settings_file import FILE_VARIABLE, blamed_on_file, read_settings_file
 
 # The schemes each service URL may have; anything else is a mistake to report before connecting.
 URL_SCHEMES = {
@@ -153,6 +154,7 @@ class Settings:
     # Comma-separated proxy URLs, perhaps with credentials: kept out of repr() so that logging
     # the settings cannot leak them. Empty = connect directly.
     proxies: str = field(default="", repr=False)
+    proxy_file: str = ""  # one proxy URL a line, beside PROXIES (worker/proxies.py)
     proxy_rotation: str = "round_robin"  # round_robin | random
     proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
     proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
@@ -177,21 +179,34 @@ class Settings:
     # once, for at most this long: a scrape every 15 s, found by a DNS refresh every 15 s, needs
     # up to 30 s to see a new producer at all. 0 = exit at once.
     metrics_linger_s: float = 60.0
+    # A TOML file of these settings under their variables' names; the environment wins over it.
+    crawl_settings_file: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Build settings from `environ` (default: os.environ); raise ConfigError naming the variable."""
         env = os.environ if environ is None else environ
         hints = get_type_hints(cls)
+        names = {f.name.upper() for f in dataclasses.fields(cls)}
+        # CRAWL_SETTINGS_FILE (shared/settings_file.py): the environment wins over the file.
+        path = env.get(FILE_VARIABLE, "")
+        in_file = read_settings_file(path, names) if path else {}
         values: dict[str, Any] = {}
+        from_file: set[str] = set()
         for f in dataclasses.fields(cls):
             name = f.name.upper()
             raw = env.get(name)
+            if (raw is None or raw == "") and in_file.get(name, "") != "":
+                raw = in_file[name]
+                from_file.add(name)
             if raw is None or raw == "":
                 continue
-            values[f.name] = _parse(name, raw, hints[f.name])
+            values[f.name] = _parse(f"{path}: {name}" if name in from_file else name, raw, hints[f.name])
         settings = cls(**values)
-        settings.validate()
+        try:
+            settings.validate()
+        except ConfigError as exc:
+            raise blamed_on_file(exc, path, from_file) from None
         return settings
 
     def validate(self) -> None:

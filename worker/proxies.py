@@ -34,7 +34,8 @@ from worker.try_later import TryLater
 log = logging.getLogger(__name__)
 
 _CREDENTIALS = re.compile(r"(^|//)[^/@\s]*@")  # userinfo after '//', or at the start
-PROXY_SCHEMES = ("http", "https")
+# socks5h:// resolves the site's name at the proxy, socks5:// here (requests' socks extra).
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 
 
 class ProxyFailed(TransientError):
@@ -52,25 +53,47 @@ class Proxy:
     label: str  # scheme://host:port: safe to log, to use in keys and to store
 
     @classmethod
-    def parse(cls, raw: str) -> Proxy:
+    def parse(cls, raw: str, where: str = "PROXIES") -> Proxy:
         try:
             parts = urlsplit(raw)
             port = parts.port
         except ValueError:
-            raise ConfigError(f"PROXIES: cannot parse {without_credentials(raw)!r}") from None
+            raise ConfigError(f"{where}: cannot parse {without_credentials(raw)!r}") from None
         if parts.scheme not in PROXY_SCHEMES or not parts.hostname or port is None:
             raise ConfigError(
-                f"PROXIES: expected http(s)://[user:password@]host:port, got {without_credentials(raw)!r}"
+                f"{where}: expected http(s)://, socks5:// or socks5h://[user:password@]host:port, "
+                f"got {without_credentials(raw)!r}"
             )
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
         return cls(url=raw, label=f"{parts.scheme}://{host}:{port}")
 
 
 def parse_proxies(text: str) -> list[Proxy]:
-    proxies = [Proxy.parse(part.strip()) for part in text.split(",") if part.strip()]
+    return _distinct([Proxy.parse(part.strip()) for part in text.split(",") if part.strip()])
+
+
+def proxies_of(settings: Settings) -> list[Proxy]:
+    """PROXIES, then the lines of PROXY_FILE (one proxy a line; blank lines and # comments
+    are passed over), each listed once."""
+    proxies = [Proxy.parse(part.strip()) for part in settings.proxies.split(",") if part.strip()]
+    if settings.proxy_file:
+        try:
+            with open(settings.proxy_file, encoding="utf-8") as file:
+                lines = file.read().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            detail = getattr(exc, "strerror", None) or "not UTF-8 text"
+            raise ConfigError(f"PROXY_FILE: cannot read {settings.proxy_file!r} ({detail})") from None
+        for number, line in enumerate(lines, 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                proxies.append(Proxy.parse(line.strip(), f"PROXY_FILE {settings.proxy_file}:{number}"))
+    return _distinct(proxies)
+
+
+def _distinct(proxies: list[Proxy]) -> list[Proxy]:
     labels = [p.label for p in proxies]
     if len(set(labels)) != len(labels):
-        raise ConfigError("PROXIES: the same host:port is listed twice")
+        twice = next(label for label in labels if labels.count(label) > 1)
+        raise ConfigError(f"PROXIES: {twice} is listed twice (PROXIES and PROXY_FILE together)")
     return proxies
 
 
@@ -155,7 +178,7 @@ class ProxyPool:
 
     @classmethod
     def from_settings(cls, settings: Settings, client: redis.Redis) -> ProxyPool | None:
-        proxies = parse_proxies(settings.proxies)
+        proxies = proxies_of(settings)
         if not proxies:
             return None
         bench = RedisBench(
