@@ -13,6 +13,7 @@ import pytest
 from ops.crawl import run_crawl
 from shared.keys import Keys
 from shared.redis_client import OPERATOR, connect_redis
+from shared.runstate import recorded_counters
 from shared.settings import Settings
 from tests.discovery_site import DiscoverySite, OtherSite, expected
 from tests.e2e.conftest import service_env
@@ -63,10 +64,7 @@ def test_a_discovery_crawl_finds_exactly_the_breadth_first_answer(
         assert "/secret" not in site.requested
         assert not {"/meta-child", "/header-child"} & set(site.requested)
         client = connect_redis(settings, OPERATOR)
-        stats = {
-            k.decode(): int(v)
-            for k, v in client.hgetall(Keys(settings.redis_prefix).run_stats(run_id)).items()
-        }
+        stats = recorded_counters(client, Keys(settings.redis_prefix), run_id)
         client.close()
         if depth >= 1:
             assert stats["discovered.out_of_scope"] >= 1
