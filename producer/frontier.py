@@ -35,7 +35,7 @@ from shared.urls import InvalidURL, canonicalize, domain_of, fingerprint
 
 log = logging.getLogger(__name__)
 
-DISCOVERY_REASONS = ("out_of_scope", "depth", "budget", "duplicate", "invalid")
+DISCOVERY_REASONS = ("out_of_scope", "depth", "budget", "duplicate", "invalid", "cancelled")
 
 
 def reason_counter(reason: str) -> str:
@@ -47,6 +47,7 @@ class FrontierState(Protocol):
     """What the frontier reads and adds to in Redis (producer/frontier_redis.py)."""
 
     def options(self, run_id: str) -> DiscoveryOptions | None: ...
+    def cancelled(self, run_id: str) -> bool: ...
     def seen(self, run_id: str, fingerprints: Sequence[bytes]) -> list[bool]: ...
     def enqueued_total(self, run_id: str) -> int: ...
     def host_counts(self, run_id: str, hosts: Sequence[str]) -> dict[str, int]: ...
@@ -77,6 +78,8 @@ class Frontier:
         options = self._state.options(page.run_id)
         if options is None:  # a run that does not discover, or no longer known: nothing to follow
             outcome.cut["out_of_scope"] += len(page.links)
+        elif self._state.cancelled(page.run_id):  # (a paused run's are held by the workers)
+            outcome.cut["cancelled"] += len(page.links)
         elif page.depth > options.max_depth:
             outcome.cut["depth"] += len(page.links)
         else:

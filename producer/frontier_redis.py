@@ -11,11 +11,12 @@ import redis
 from producer.dedup import split_fingerprint
 from producer.discovery_scope import DiscoveryOptions
 from shared.keys import Keys
-from shared.runstate import recorded_enqueued
+from shared.runstate import CANCELLED, read_state, recorded_enqueued
 
 # A run's options do not change once it is seeded; read again this often all the same, so that a
 # frontier started before the producer wrote them sees them soon.
 OPTIONS_FRESH_S = 5.0
+STATE_FRESH_S = 1.0  # a cancel is seen this soon
 _SEEN_STATES = (b"c", b"h")  # confirmed or handled; a claim is the pipeline's to judge
 
 
@@ -29,6 +30,7 @@ class RedisFrontierState:
         self._client = client
         self._keys = keys
         self._options: dict[str, tuple[float, DiscoveryOptions | None]] = {}
+        self._states: dict[str, tuple[float, str]] = {}
 
     def options(self, run_id: str) -> DiscoveryOptions | None:
         now = time.monotonic()
@@ -39,6 +41,13 @@ class RedisFrontierState:
         options = DiscoveryOptions.decode(raw) if isinstance(raw, bytes) else None
         self._options[run_id] = (now, options)
         return options
+
+    def cancelled(self, run_id: str) -> bool:
+        now = time.monotonic()
+        kept = self._states.get(run_id)
+        if kept is None or now - kept[0] >= STATE_FRESH_S:
+            kept = self._states[run_id] = (now, read_state(self._client, self._keys, run_id))
+        return kept[1] == CANCELLED
 
     def seen(self, run_id: str, fingerprints: Sequence[bytes]) -> list[bool]:
         with self._client.pipeline(transaction=False) as pipe:

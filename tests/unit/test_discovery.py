@@ -105,9 +105,13 @@ class FakeState:
         self.cut: collections.Counter[str] = collections.Counter()
         self.hosts: collections.Counter[str] = collections.Counter()
         self.lookups = 0
+        self.is_cancelled = False
 
     def options(self, run_id: str) -> DiscoveryOptions | None:
         return self.made
+
+    def cancelled(self, run_id: str) -> bool:
+        return self.is_cancelled
 
     def seen(self, run_id: str, fingerprints: Sequence[bytes]) -> list[bool]:
         self.lookups += len(fingerprints)
@@ -176,6 +180,15 @@ def test_links_past_the_depth_are_counted_not_followed() -> None:
     assert enqueue.published == []
     assert state.cut == {reason_counter("depth"): 2}
     assert state.lookups == 0
+
+
+def test_a_cancelled_run_follows_nothing_more() -> None:
+    state = FakeState(options())
+    state.is_cancelled = True
+    front, enqueue = frontier(state)
+    front.take(links(1, f"{SITE}/a", f"{SITE}/b"))
+    assert enqueue.published == []
+    assert state.cut == {reason_counter("cancelled"): 2}
 
 
 def test_a_page_of_links_already_seen_costs_lookups_not_publishes() -> None:
