@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 DISCOVERY_REASONS = ("out_of_scope", "depth", "budget", "duplicate", "invalid", "cancelled")
 
 
+LINKS_SEEN = "discovered.links_seen"
+
+
 def reason_counter(reason: str) -> str:
     """The stats-hash field counting links cut for `reason`."""
     return f"discovered.{reason}"
@@ -84,7 +87,9 @@ class Frontier:
             outcome.cut["depth"] += len(page.links)
         else:
             self._follow(page, options, outcome)
-        self._state.add(page.run_id, {reason_counter(r): n for r, n in outcome.cut.items() if n}, {})
+        counters = {reason_counter(r): n for r, n in outcome.cut.items() if n}
+        counters[LINKS_SEEN] = len(page.links)  # what the frontier's rate is measured in (bench/discovery.py)
+        self._state.add(page.run_id, counters, {})
         return outcome
 
     def _follow(self, page: PageLinks, options: DiscoveryOptions, outcome: LinksOutcome) -> None:

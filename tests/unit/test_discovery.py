@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from producer.discovery_scope import DiscoveryOptions, Scope
-from producer.frontier import Frontier, reason_counter
+from producer.frontier import LINKS_SEEN, Frontier, reason_counter
 from producer.pipeline_types import Counts
 from producer.sitemaps import SitemapEntry
 from shared.errors import BlockedAddress, ConfigError, DecodeError
@@ -106,6 +106,7 @@ class FakeState:
         self.hosts: collections.Counter[str] = collections.Counter()
         self.lookups = 0
         self.is_cancelled = False
+        self.links_seen = 0
 
     def options(self, run_id: str) -> DiscoveryOptions | None:
         return self.made
@@ -124,6 +125,8 @@ class FakeState:
         return {host: self.hosts[host] for host in hosts if host in self.hosts}
 
     def add(self, run_id: str, cut: dict[str, int], hosts: dict[str, int]) -> None:
+        cut = dict(cut)
+        self.links_seen += cut.pop(LINKS_SEEN, 0)
         self.cut.update(cut)
         self.hosts.update(hosts)
 
@@ -199,6 +202,7 @@ def test_a_page_of_links_already_seen_costs_lookups_not_publishes() -> None:
     assert enqueue.published == []
     assert state.lookups == 1000
     assert state.cut == {reason_counter("duplicate"): 1000}
+    assert state.links_seen == 1000
 
 
 def test_budgets_bound_the_run_and_each_host() -> None:
