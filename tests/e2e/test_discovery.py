@@ -5,6 +5,8 @@ breadth-first answer, and the crawl accounts for all of them."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -72,3 +74,36 @@ def test_a_discovery_crawl_finds_exactly_the_breadth_first_answer(
             # and /x/../a with /a before they leave the worker).
             assert stats["discovered.duplicate"] >= 2
         assert stats.get("discovered.depth", 0) >= 1
+
+
+BAD_DISCOVERY = [
+    (["--start", "ftp://example.com/"], "--start 'ftp://example.com/'"),
+    (["--start", "http://exa mple.com/"], "--start 'http://exa mple.com/'"),
+    (["--start", "http://10.0.0.1/"], "--start 'http://10.0.0.1/'"),
+    (["--start", "http://example.com/", "--include", "("], "--include '('"),
+    (["--start", "http://example.com/", "--max-depth", "-1"], "--max-depth -1"),
+]
+
+
+# The producer runs the same checks (producer/discovery_scope.py, unit-tested case by case).
+@pytest.mark.parametrize(
+    ("module", "cases"), [("ops.crawl", BAD_DISCOVERY), ("producer", BAD_DISCOVERY[2:4])]
+)
+def test_bad_discovery_input_is_one_line_exit_2_and_queues_nothing(
+    settings: Settings, module: str, cases: list[tuple[list[str], str]]
+) -> None:
+    for args, named in cases:
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--run-id", "e2e-bad-start", *args],
+            env={**service_env(settings), "FETCH_ALLOWLIST": ""},  # the guard as shipped
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (args, done.stderr)
+        assert named in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert "Traceback" not in done.stderr
+    client = connect_redis(settings, OPERATOR)
+    assert list(client.scan_iter(Keys(settings.redis_prefix).all_pattern())) == []
+    client.close()
