@@ -26,7 +26,7 @@ from ops.crawl_processes import CrawlFailed
 from shared import broker
 from shared.errors import ServiceUnavailable, one_line
 from shared.keys import Keys
-from shared.messages import QUEUE_KINDS
+from shared.message_bounds import TASK_KINDS
 from shared.progress import Snapshot
 from shared.redis_client import OPERATOR, connect_redis
 from shared.runstate import read_state, recorded_counters, recorded_enqueued
@@ -72,7 +72,7 @@ class RunWatch:
     def enqueued_by_queue(self) -> dict[str, int]:
         stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]
         found = {k.decode(): int(v) for k, v in stats.items() if k.startswith(b"enqueued.")}
-        return {kind: found[f"enqueued.{kind}"] for kind in QUEUE_KINDS if f"enqueued.{kind}" in found}
+        return {kind: found[f"enqueued.{kind}"] for kind in TASK_KINDS if f"enqueued.{kind}" in found}
 
     def snapshot(self, producing: bool = False) -> Snapshot:
         stored, dead, skipped = self._tally.outcomes()

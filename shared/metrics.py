@@ -96,6 +96,18 @@ DUPLICATE_DELIVERIES = Counter(
     "crawl_duplicate_deliveries", "Deliveries of a URL already settled, acked unfetched.", ["kind"]
 )
 
+# Renderer (and the worker's routing of script shells to it).
+RENDERS = Counter("crawl_renders", "Pages rendered in a browser, by outcome.", ["outcome"])
+RENDER_REQUESTS_REFUSED = Counter(
+    "crawl_render_requests_refused", "Requests of a rendered page refused by the guards.", ["reason"]
+)
+SENT_TO_RENDER = Counter(
+    "crawl_sent_to_render", "URLs sent to the render queue instead of being stored.", ["reason"]
+)
+BROWSER_RSS_BYTES = Gauge(
+    "crawl_browser_rss_bytes", "Memory (PSS) of a renderer's browser, all its processes."
+)
+
 # Every consumer.
 MESSAGES_HELD = Gauge("crawl_messages_held", "Messages held unacked in-process until they are due.")
 HOLDS = Counter("crawl_holds", "URLs held in-process to wait for their domain, not deferred.", ["reason"])

@@ -44,6 +44,11 @@ AT_LEAST_ONE = (
     "parse_max_depth",
     "max_concurrent_per_domain",
     "proxy_max_failures",
+    "renderer_processes",
+    "render_concurrency",
+    "browser_max_pages",
+    "browser_max_rss_mb",
+    "render_page_heap_mb",
 )
 POSITIVE = (
     "ttl_queue_expiry_s",
@@ -56,6 +61,7 @@ POSITIVE = (
     "proxy_bench_s",
     "max_domain_pause_s",
     "parse_deadline_s",
+    "render_deadline_s",
 )
 NOT_NEGATIVE = (
     "heartbeat_s",
@@ -78,6 +84,7 @@ CHOICES = {
     "proxy_rotation": ("round_robin", "random"),
     "log_format": ("text", "json"),
     "database_pooler": ("none", "transaction"),
+    "render": ("off", "auto"),
 }
 # Names that become parts of queue names, Redis keys and a PostgreSQL schema name.
 NAME_SETTINGS = ("crawl_namespace", "redis_prefix", "pg_schema")
@@ -144,6 +151,16 @@ class Settings:
     cache_enabled: bool = True
     cache_ttl_s: float = 86400.0
     cache_max_body_bytes: int = 1_000_000
+    # Pages built by scripts (docs/RENDERING.md). RENDER=auto: a page the worker fetched that
+    # looks like a script shell goes to the render queue instead of being stored.
+    render: str = "off"  # off | auto
+    chromium_path: str = "/usr/bin/chromium"
+    renderer_processes: int = 1  # `python -m renderer` forks this many renderers, one browser each
+    render_concurrency: int = 4  # pages in flight per renderer, each in a context of its own
+    render_deadline_s: float = 20.0  # one page's whole render; the wait for network idle included
+    browser_max_pages: int = 100  # pages one context renders before it is replaced
+    browser_max_rss_mb: int = 1024  # a browser past this (all its processes) is restarted
+    render_page_heap_mb: int = 256  # V8's heap cap for a page: past it the page crashes
     # Politeness (docs/POLITENESS.md).
     politeness_file: str = ""  # TOML per-domain overrides; empty = the defaults for every domain
     max_concurrent_per_domain: int = 8  # requests in flight per domain, shared by every worker

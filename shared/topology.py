@@ -10,6 +10,12 @@
                                                         <ns>.parked (fanout) ──▶ <ns>.parked
     worker (page stored, discovery run) ──links──▶ <ns>.discover (direct) ──▶ <ns>.discovery ──▶ frontier
 
+    producer / worker ──new.render──▶ <ns>.work ──*.render──▶ <ns>.render ──▶ renderer
+
+A page that needs a browser (a routing rule says `render = "always"`, or RENDER=auto found a
+script shell) travels as a task of kind `render`, through the same exchanges, retry and defer
+queues, and dead-letter exchange as any other.
+
 A retried URL (it failed) waits in a retry queue, a deferred URL (its domain could not take it
 yet: rate limit, pause, concurrency, robots.txt being fetched; nothing failed) in a defer queue.
 Both kinds are delay queues: after its delay the broker dead-letters the message into the work
@@ -25,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.message_bounds import RENDER_KIND
 from shared.messages import QUEUE_KINDS
 from shared.runstate import held_exchange
 from shared.settings import Settings
@@ -80,6 +87,11 @@ def work_queue(ns: str, kind: str) -> str:
     return f"{ns}.{kind}"
 
 
+def render_queue(ns: str) -> str:
+    """The queue the renderers consume: pages to load in a browser."""
+    return work_queue(ns, RENDER_KIND)
+
+
 def dead_letter_queue(ns: str) -> str:
     return f"{ns}.dead"
 
@@ -115,7 +127,7 @@ def queue_role(ns: str, name: str) -> str | None:
     if not name.startswith(f"{ns}."):
         return None
     rest = name[len(ns) + 1 :]
-    if rest in QUEUE_KINDS:
+    if rest in QUEUE_KINDS or rest == RENDER_KIND:
         return WORK
     if rest in (DEAD, PARKED):
         return rest
@@ -213,6 +225,11 @@ def build_topology(settings: Settings) -> Topology:
             work_queue(ns, "bulk"),
             replicated({"x-dead-letter-exchange": dlx}),
             ((work_exchange(ns), "*.bulk"),),
+        ),
+        Queue(
+            render_queue(ns),
+            replicated({"x-dead-letter-exchange": dlx}),
+            ((work_exchange(ns), f"*.{RENDER_KIND}"),),
         ),
         Queue(
             dead_letter_queue(ns),

@@ -9,11 +9,13 @@ consumer), from the topology, the retry delays and the worker's id.
 
 from __future__ import annotations
 
+import dataclasses
+
 from shared import metrics
 from shared.broker import Publication
 from shared.consumer import Outcome
 from shared.errors import TaskError
-from shared.message_bounds import bounded_body
+from shared.message_bounds import RENDER_KIND, bounded_body
 from shared.messages import CrawlTask, Failure, Progress
 from shared.runstate import held_exchange
 from shared.settings import Settings
@@ -22,7 +24,9 @@ from shared.topology import (
     dead_letter_exchange,
     defer_exchange,
     delay_routing_key,
+    new_task_routing_key,
     retry_exchange,
+    work_exchange,
 )
 from worker.handling_log import log, log_context
 from worker.try_later import TryLater
@@ -116,5 +120,20 @@ def dead_letter(
             origin,
             body,
             {**progress.to_headers(), **failure.to_headers(), **about_body},
+        )
+    )
+
+
+def to_render(topology: Topology, task: CrawlTask, progress: Progress, reason: str) -> Outcome:
+    """A page only a browser can build (RENDER=auto): to the render queue as a task of kind
+    `render`, its attempts so far kept; acked once the copy is confirmed, like a retry."""
+    log.info("sending %s run=%s to be rendered (%s)", task.url, task.run_id, reason, extra=log_context(task))
+    metrics.SENT_TO_RENDER.labels(reason).inc()
+    return Outcome.forward(
+        Publication(
+            work_exchange(topology.namespace),
+            new_task_routing_key(RENDER_KIND),
+            dataclasses.replace(task, queue=RENDER_KIND, priority=0).encode(),
+            progress.to_headers(),
         )
     )

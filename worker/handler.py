@@ -30,13 +30,14 @@ from typing import TypeVar
 from shared import metrics
 from shared.consumer import Delivery, Outcome
 from shared.errors import BlockedAddress, DecodeError, PermanentError, ServiceUnavailable, TransientError
+from shared.message_bounds import RENDER_KIND
 from shared.messages import CrawlTask, Progress
 from shared.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
 from shared.topology import Topology
 from shared.urls import domain_of
 from worker.discovered_links import after_storing
-from worker.forwards import dead_letter, defer, hold_paused, retry
+from worker.forwards import dead_letter, defer, hold_paused, retry, to_render
 from worker.handling_log import log
 from worker.parse import decode_html, parse_budget, parse_page
 from worker.ports import Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
@@ -44,6 +45,7 @@ from worker.profiles import Profiles
 from worker.response import Response
 from worker.robots import RobotsAnswer, RobotsRules
 from worker.rows import StoresRows, page_row, profile_fields
+from worker.script_shell import SCRIPT_SHELL, looks_like_script_shell
 from worker.settled import SettledMeanwhile, already_handled, checks_ride_with_the_send, read_ahead
 from worker.try_later import TryLater
 from worker.waits import WAIT_REASONS, HoldsForSlots, Parked, Waiting, back_with_its_slot
@@ -88,6 +90,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         # Bounds how long one page holds that lock, and what it costs (docs/SECURITY.md).
         self._parse_budget = parse_budget(self.settings)
         self._slots_held = {}  # domain -> when its furthest slot held here comes (HoldsForSlots)
+        self._render_shells = self.settings.render == "auto"  # worker/script_shell.py
 
     def __call__(self, delivery: Delivery) -> Outcome:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
@@ -213,6 +216,8 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             html = decode_html(response.body, response.content_type)
             page = parse_page(html, response.final_url, budget=self._parse_budget)
             profile, extracted = profile_fields(self.profiles, task.url, html, self._parse_budget)
+        if self._render_shells and task.queue != RENDER_KIND and looks_like_script_shell(html, page.text):
+            return to_render(self.topology, task, progress, SCRIPT_SHELL)  # RENDER=auto
         row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
         # Discovery: the page's links go out with its ack (worker/discovered_links.py).
         then = after_storing(self.topology, task, page, response)

@@ -29,6 +29,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "demo_site": frozenset({"demo_site", "shared"}),
     **{service: SERVICES | {"shared"} for service in SERVICES},
     "ops": SERVICES | {"shared", "demo_site", "ops"},
+    # The renderer is a worker whose fetch is a browser: it builds on the worker's handling,
+    # store, retries and dead letters, so it may import worker and shared (nothing imports it).
+    "renderer": frozenset({"renderer", "worker", "shared"}),
 }
 
 
