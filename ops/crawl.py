@@ -93,6 +93,7 @@ def run_crawl(
     live: bool | None = None,
     separate_workers: bool = False,
     discovering: bool = False,
+    quiet_s: float = 0.0,  # a discovery run's: DISCOVERY_QUIET_S unless given
 ) -> int:
     """Run producer, `workers` workers (one pool, or as many processes with `separate_workers`)
     and the dead-letter consumer; return 0 when every URL the run has enqueued (this time and
@@ -130,7 +131,15 @@ def run_crawl(
                 producer = start_producer(run_id, producer_args, env_for("producer", env, ports), log_dir)
                 procs.adopt("producer", producer)
                 summary = wait_until_accounted(
-                    watch, producer, log_dir, procs, display, timeout_s, stop_request, discovering
+                    watch,
+                    producer,
+                    log_dir,
+                    procs,
+                    display,
+                    timeout_s,
+                    stop_request,
+                    discovering,
+                    quiet_s or DISCOVERY_QUIET_S,
                 )
                 elapsed = time.monotonic() - started
         except CrawlFailed as exc:
@@ -207,17 +216,18 @@ def wait_until_accounted(
     timeout_s: float,
     stop_request: StopRequest | None = None,
     discovering: bool = False,
+    quiet_s: float = 0.0,
 ) -> dict[str, Any]:
     """Supervise and show progress until the producer has finished and every URL the run has
     enqueued is accounted for; return the producer's summary. Raises KeyboardInterrupt (or
     Terminated) once `stop_request` has noted Ctrl-C (or SIGTERM).
 
     A discovery run's total grows while pages are stored: it is done once, besides, no links
-    wait for the frontier and the count has stayed put for DISCOVERY_QUIET_S. (A page's links
+    wait for the frontier and the count has stayed put for `quiet_s`. (A page's links
     are on their way between its row's commit and its ack for milliseconds: a run ended in that
     moment is finished by the same command with the same --run-id.)"""
     deadline = time.monotonic() + timeout_s
-    quiet = Quiet(DISCOVERY_QUIET_S if discovering else 0.0)
+    quiet = Quiet(quiet_s if discovering else 0.0)
     rate = Rate()
     summary: dict[str, Any] | None = None
     snapshot: Snapshot | None = None  # the last one read

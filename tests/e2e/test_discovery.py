@@ -4,6 +4,7 @@ breadth-first answer, and the crawl accounts for all of them."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import subprocess
 import sys
@@ -46,13 +47,14 @@ def test_a_discovery_crawl_finds_exactly_the_breadth_first_answer(
         code = run_crawl(
             settings,
             ["--start", site.url("/"), "--max-depth", str(depth)],
-            2,
+            1,
             run_id,
             service_env(settings, RETRY_DELAYS_S="0.2,0.2"),
             tmp_path,
             120,
             out,
             discovering=True,
+            quiet_s=0.5,
         )
         answer = expected(site.graph, site.root, depth)
         assert code == 0, out.getvalue()
@@ -92,8 +94,8 @@ BAD_DISCOVERY = [
 def test_bad_discovery_input_is_one_line_exit_2_and_queues_nothing(
     settings: Settings, module: str, cases: list[tuple[list[str], str]]
 ) -> None:
-    for args, named in cases:
-        done = subprocess.run(
+    def attempt(args: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [sys.executable, "-m", module, "--run-id", "e2e-bad-start", *args],
             env={**service_env(settings), "FETCH_ALLOWLIST": ""},  # the guard as shipped
             capture_output=True,
@@ -101,6 +103,10 @@ def test_bad_discovery_input_is_one_line_exit_2_and_queues_nothing(
             timeout=60,
             check=False,
         )
+
+    with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+        attempts = list(pool.map(attempt, [args for args, _ in cases]))
+    for (args, named), done in zip(cases, attempts, strict=True):
         assert done.returncode == 2, (args, done.stderr)
         assert named in done.stderr and done.stderr.count("\n") == 1, done.stderr
         assert "Traceback" not in done.stderr
