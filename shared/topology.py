@@ -77,7 +77,7 @@ def discovery_exchange(ns: str) -> str:
 
 def discovery_queue(ns: str) -> str:
     """One message a stored page of a discovery run: its links, for the frontier (producer/frontier.py)."""
-    return f"{ns}.discovery"
+    return f"{ns}.{DISCOVERY}"
 
 
 LINKS_ROUTING_KEY = "links"
@@ -117,11 +117,12 @@ def defer_queue(ns: str, delay_ms: int) -> str:
 
 # The role of each queue name (queue_role), as status shows it.
 WORK, RETRY, DEFER, DEAD, PARKED, HELD = "work", "retry", "defer", "dead", "parked", "held"
+DISCOVERY = "discovery"  # the links of stored pages, for the frontier
 _DELAY_NAME = re.compile(r"(retry|defer)\.([0-9]+)ms")
 
 
 def queue_role(ns: str, name: str) -> str | None:
-    """work | retry | defer | dead | parked | held for a queue of namespace `ns`; None for any
+    """work | retry | defer | dead | parked | held | discovery for a queue of namespace `ns`; None for any
     other name, a queue of a longer namespace (`<ns>.x.bulk`) included. `held`: a paused run's
     hold queue, `<ns>.held.<run>` (shared/runstate.py)."""
     if not name.startswith(f"{ns}."):
@@ -129,7 +130,7 @@ def queue_role(ns: str, name: str) -> str | None:
     rest = name[len(ns) + 1 :]
     if rest in QUEUE_KINDS or rest == RENDER_KIND:
         return WORK
-    if rest in (DEAD, PARKED):
+    if rest in (DEAD, PARKED, DISCOVERY):
         return rest
     if rest.startswith(f"{HELD}.") and len(rest) > len(HELD) + 1:
         return HELD
