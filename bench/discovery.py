@@ -40,12 +40,12 @@ from ops.accounting import account
 from ops.crawl_workers import worker_launches
 from ops.teardown import remove_pipeline
 from producer.frontier import LINKS_SEEN
-from shared import broker
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import recorded_counters, recorded_enqueued
+from shared.amqp import broker
+from shared.amqp.topology import discovery_queue
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import recorded_counters, recorded_enqueued
 from shared.settings import Settings
-from shared.topology import discovery_queue
 
 LINKS_PER_PAGE = 50
 SIDE_BY_SIDE_PAGES = 2_000

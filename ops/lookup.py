@@ -2,7 +2,7 @@
 
 Redis keys are built from fingerprints and domains, so a URL cannot be found with redis-cli
 alone: this command canonicalizes the URL as the producer does, derives every key from it
-(shared/keys.py) and prints what each holds, with the key's name, so that redis-cli can take it
+(shared/redis/keys.py) and prints what each holds, with the key's name, so that redis-cli can take it
 from there (docs/OPERATING.md, "Inspecting with redis-cli"):
 
 - the fingerprint, and per run its dedup state: claimed (by which producer, alive or not),
@@ -28,13 +28,13 @@ import redis
 from ops.lookup_rows import ROW_QUERIES, rows_of
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
-from shared.redis_errors import translate_redis_errors
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import InvalidURL, canonicalize, domain_of, fingerprint
-from worker.politeness_config import PolitenessConfig
-from worker.robots import RobotsEntry, RobotsRules, product_token
+from worker.politeness.config import PolitenessConfig
+from worker.politeness.robots import RobotsEntry, RobotsRules, product_token
 
 Line = tuple[str, str]  # (what, its value)
 BUCKET_BYTES = 2  # as producer/dedup.py: the first bytes name the hash, the rest is the field

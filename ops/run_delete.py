@@ -1,7 +1,7 @@
 """Deleting a run: `python -m ops.runs delete RUN [--force]`, and `python -m ops.crawl --fresh`.
 
 A run leaves rows (pages, dead_letters, skips with its run_id), Redis keys (its dedup hashes,
-counters, state, seeding summary and producer heartbeats: shared/keys.py) and perhaps a hold
+counters, state, seeding summary and producer heartbeats: shared/redis/keys.py) and perhaps a hold
 queue (`<ns>.held.<run>`). Deleting it removes all three, so that the same run id starts from
 nothing.
 
@@ -21,11 +21,12 @@ import pika.exceptions
 import redis
 
 from ops.accounting import account
-from shared import broker, db
+from shared.amqp import broker
 from shared.errors import ConfigError
-from shared.keys import Keys
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import held_queue, recorded_enqueued
+from shared.postgres import db
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import held_queue, recorded_enqueued
 from shared.settings import Settings
 
 DELETE_ROWS = (

@@ -12,7 +12,7 @@ things an operator handles.
 - `delete RUN [--force]`: its rows, Redis keys and hold queue go (ops/run_delete.py); refused
   while it still has URLs queued or held, unless --force.
 
-The state lives in Redis (shared/runstate.py); workers see a change within a second, and
+The state lives in Redis (shared/redis/runstate.py); workers see a change within a second, and
 `resume` and `cancel` wait that second out before they touch the hold queue, so that a worker
 still seeing `paused` does not refill it behind them.
 """
@@ -32,16 +32,19 @@ import redis
 from pika.adapters.blocking_connection import BlockingChannel
 
 from ops.accounting import account
+from ops.copies import Copies
 from ops.run_delete import delete_run
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
 from shared.cli import configure_logging, run_main
-from shared.copies import Copies
 from shared.errors import ConfigError, DecodeError
-from shared.keys import Keys
 from shared.messages import CrawlTask
-from shared.redis_client import OPERATOR, connect_redis
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import (
+from shared.postgres import db
+from shared.postgres.skips import UPSERT_SKIP
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import (
     CANCELLED,
     MAX_AGE_S,
     PAUSED,
@@ -54,8 +57,6 @@ from shared.runstate import (
     write_state,
 )
 from shared.settings import Settings
-from shared.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
-from worker.store_rows import UPSERT_SKIP
 
 Held = tuple[int, pika.BasicProperties, bytes]  # delivery tag, properties, body
 # Deals with a batch of held messages and acks them: (channel they came on, a confirm channel, batch).

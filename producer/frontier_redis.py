@@ -10,8 +10,8 @@ import redis
 
 from producer.dedup import split_fingerprint
 from producer.discovery_scope import DiscoveryOptions
-from shared.keys import Keys
-from shared.runstate import CANCELLED, read_state, recorded_enqueued
+from shared.redis.keys import Keys
+from shared.redis.runstate import CANCELLED, read_state, recorded_enqueued
 
 # A run's options do not change once it is seeded; read again this often all the same, so that a
 # frontier started before the producer wrote them sees them soon.

@@ -25,14 +25,14 @@ from producer.publisher import ConfirmingPublisher
 from producer.routing import Router, load_router
 from producer.service import DedupOverRedis
 from producer.sitemaps import SitemapEntry
+from shared.amqp.topology import discovery_queue
 from shared.consumer import Delivery, Outcome, Subscription, run_consumers
 from shared.errors import DecodeError
-from shared.keys import Keys
 from shared.links_message import PageLinks
-from shared.redis_client import PRODUCER, connect_redis
-from shared.redis_errors import translate_redis_errors
+from shared.redis.client import PRODUCER, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import discovery_queue
 
 log = logging.getLogger(__name__)
 

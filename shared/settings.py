@@ -20,13 +20,13 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError, one_line
-from shared.redis_cluster import cluster_nodes, is_cluster_url
+from shared.redis.cluster import cluster_nodes, is_cluster_url
 from shared.settings_file import FILE_VARIABLE, blamed_on_file, read_settings_file
 
 # The schemes each service URL may have; anything else is a mistake to report before connecting.
 URL_SCHEMES = {
     "amqp_url": ("amqp", "amqps"),
-    "redis_url": ("redis", "rediss", "unix"),  # or redis+cluster:// (shared/redis_cluster.py)
+    "redis_url": ("redis", "rediss", "unix"),  # or redis+cluster:// (shared/redis/cluster.py)
     "database_url": ("postgresql", "postgres"),
     "rabbitmq_management_url": ("http", "https"),
 }
@@ -171,11 +171,11 @@ class Settings:
     # Comma-separated proxy URLs, perhaps with credentials: kept out of repr() so that logging
     # the settings cannot leak them. Empty = connect directly.
     proxies: str = field(default="", repr=False)
-    proxy_file: str = ""  # one proxy URL a line, beside PROXIES (worker/proxies.py)
+    proxy_file: str = ""  # one proxy URL a line, beside PROXIES (shared/http/proxies.py)
     proxy_rotation: str = "round_robin"  # round_robin | random
     proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
     proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
-    extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/profiles.py)
+    extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/parse/profiles.py)
 
     # Producer.
     routing_file: str = ""  # TOML routing rules; empty = the built-in rules
@@ -237,7 +237,7 @@ class Settings:
             raise ConfigError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         if self.fetch_allowlist.strip():
             # Imported here: the guard pulls in requests, which settings alone do not need.
-            from shared.addresses import parse_allowlist
+            from shared.http.addresses import parse_allowlist
 
             parse_allowlist(self.fetch_allowlist)  # raises ConfigError naming a bad entry
         _check_service_urls(self)

@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 from ops.crawl import run_crawl
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import recorded_counters
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import recorded_counters
 from shared.settings import Settings
 from tests.discovery_site import DiscoverySite, OtherSite, expected
 from tests.e2e.conftest import service_env

@@ -14,16 +14,16 @@ import redis
 
 from ops.lookup import look_up
 from producer.dedup import Dedup
-from shared import db
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import canonicalize, fingerprint
 from tests.e2e.conftest import service_env
-from worker.cache import ResponseCache
-from worker.ratelimit import RateLimiter
-from worker.response import Response
-from worker.robots import RedisRobotsStore, RobotsEntry
+from worker.fetch.cache import ResponseCache
+from worker.fetch.response import Response
+from worker.politeness.ratelimit import RateLimiter
+from worker.politeness.robots import RedisRobotsStore, RobotsEntry
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 
 from ops.accounting import account
 from renderer.processes import all_processes, browser_groups, descendants, group_members, read_process
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.renderer.script_site import SITE_HOST, ScriptSite

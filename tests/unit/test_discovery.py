@@ -12,15 +12,15 @@ from producer.discovery_scope import DiscoveryOptions, Scope
 from producer.frontier import LINKS_SEEN, Frontier, reason_counter
 from producer.pipeline_types import Counts
 from producer.sitemaps import SitemapEntry
+from shared.amqp.topology import build_topology, discovery_exchange
 from shared.errors import BlockedAddress, ConfigError, DecodeError
 from shared.links_message import PageLinks
 from shared.messages import CrawlTask
 from shared.settings import Settings
-from shared.topology import build_topology, discovery_exchange
 from shared.urls import fingerprint
-from worker.discovered_links import after_storing
-from worker.parse import parse_page
-from worker.response import Response
+from worker.fetch.response import Response
+from worker.handling.discovered_links import after_storing
+from worker.parse.page import parse_page
 
 SITE = "http://site.test"
 

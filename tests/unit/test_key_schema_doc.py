@@ -1,4 +1,4 @@
-"""docs/OPERATING.md's key table lists every kind of key shared/keys.py builds."""
+"""docs/OPERATING.md's key table lists every kind of key shared/redis/keys.py builds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.keys import Keys
+from shared.redis.keys import Keys
 
 pytestmark = pytest.mark.unit
 

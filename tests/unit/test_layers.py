@@ -7,8 +7,7 @@
     shared            demo_site      the services' library; the bundled demo site
 
 A service never imports ops or the demo site, and shared imports nothing of the project but
-shared. The services sit on one level: the producer borrows the worker's politeness and proxy
-types. Every import counts, those inside functions included.
+shared. The services sit on one level. Every import counts, those inside functions included.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import pytest
 
 from producer.routing import Router, parse_rules
 from shared.errors import ConfigError
-from worker.script_shell import looks_like_script_shell
+from worker.parse.script_shell import looks_like_script_shell
 
 pytestmark = pytest.mark.unit
 
