@@ -3,7 +3,8 @@ follow-able links, all at the same depth (the page's + 1), as one message.
 
 One message a page, not one a link: a page's links are claimed in one Redis call and the
 message is acked once all of them are on their way (producer/frontier.py). Bounded where it is
-decoded, as tasks are (shared/message_bounds.py): a body out of bounds is dead-lettered.
+decoded, as tasks are (shared/message_bounds.py): the frontier drops a body out of bounds, with
+a log line (it is no URL of the run yet; producer/frontier_service.py).
 """
 
 from __future__ import annotations
