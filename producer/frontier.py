@@ -1,8 +1,9 @@
 """The frontier: what a discovery run does with the links of a page a worker stored.
 
-    PageLinks (one message a page) → canonicalise (invalid: counted) → past the depth, out of
-    scope: counted → seen already (one read): `duplicate` → over a budget: `budget` → the
-    producer's own pipeline (claim, route, publish confirmed, mark seen, count `enqueued`)
+    PageLinks (one message a page) → canonicalise, session ids dropped (invalid: counted) →
+    past the depth, out of scope: counted → seen already (one read): `duplicate` → over a
+    budget: `budget` → the producer's own pipeline (claim, route, publish confirmed, mark seen,
+    count `enqueued`)
 
 Links cut here never entered the run: the run's stats hash counts them by reason, under
 `discovered.<reason>` (DISCOVERY_REASONS), as the producer counts its duplicates. What goes on
@@ -26,6 +27,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 from producer.discovery_scope import UNLIMITED, DiscoveryOptions, Scope
 from producer.pipeline_types import Counts
@@ -39,6 +41,30 @@ DISCOVERY_REASONS = ("out_of_scope", "depth", "budget", "duplicate", "invalid", 
 
 
 LINKS_SEEN = "discovered.links_seen"
+
+
+# Query arguments and path parameters that name a visitor's session, not a page: a site that
+# puts them in its links would otherwise offer every page again under each new session.
+SESSION_ID_NAMES = frozenset({"jsessionid", "phpsessid", "sid", "sessionid", "session_id", "aspsessionid"})
+
+
+def without_session_ids(canonical: str) -> str:
+    """`canonical` less its session-id arguments (`;jsessionid=...` and `?...&PHPSESSID=...`); a
+    URL that has none comes back as it is, at the cost of two `in` tests."""
+    if "?" not in canonical and ";" not in canonical:
+        return canonical
+    parts = urlsplit(canonical)
+    path = ";".join(
+        segment
+        for i, segment in enumerate(parts.path.split(";"))
+        if i == 0 or segment.partition("=")[0].lower() not in SESSION_ID_NAMES
+    )
+    query = "&".join(
+        argument
+        for argument in parts.query.split("&")
+        if argument.partition("=")[0].lower() not in SESSION_ID_NAMES
+    )
+    return urlunsplit(parts._replace(path=path, query=query))
 
 
 def reason_counter(reason: str) -> str:
@@ -114,7 +140,7 @@ class Frontier:
         candidates: dict[str, None] = {}  # a page repeats its links
         for link in page.links:
             try:
-                canonical = canonicalize(link)
+                canonical = without_session_ids(canonicalize(link))
             except InvalidURL:
                 outcome.cut["invalid"] += 1
                 continue

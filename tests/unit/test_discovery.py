@@ -176,6 +176,22 @@ def test_links_are_cut_by_reason_and_the_rest_published_at_their_depth() -> None
     assert state.cut == {reason_counter("duplicate"): 3, reason_counter("out_of_scope"): 1}
 
 
+@pytest.mark.parametrize(
+    ("link", "canonical"),
+    [
+        (f"{SITE}/a;jsessionid=ABC123", f"{SITE}/a"),
+        (f"{SITE}/a?PHPSESSID=x&page=2", f"{SITE}/a?page=2"),
+        (f"{SITE}/a?sid=1", f"{SITE}/a"),
+        (f"{SITE}/a?side=1", f"{SITE}/a?side=1"),
+    ],
+)
+def test_session_ids_are_dropped_from_links(link: str, canonical: str) -> None:
+    state = FakeState(options())
+    front, enqueue = frontier(state)
+    front.take(links(1, link))
+    assert enqueue.published == [(1, canonical)]
+
+
 def test_links_past_the_depth_are_counted_not_followed() -> None:
     state = FakeState(options(max_depth=1))
     front, enqueue = frontier(state)
