@@ -13,6 +13,7 @@ from producer.discovery_args import DiscoveryArgs, add_discovery_arguments
 from producer.final_scrape import ScrapeWatch, linger_until_scraped
 from producer.frontier_service import serve as serve_frontier
 from producer.seeding import mark_seeded, seeded_summary
+from producer.serve import serve
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
@@ -34,6 +35,10 @@ EXIT_TERMINATED = 143  # SIGTERM: `docker stop`, a k8s eviction or rollout
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
+    return options_from(build_parser().parse_args(argv))
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m producer",
         description="Read sitemaps (XML, gzip, plain text; indexes followed), sites' robots.txt "
@@ -92,13 +97,24 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "(the URLs of those that were read are published all the same)",
     )
     parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="run as a service: seed each crawl request put in the control queue by "
+        "python -m ops.submit or the dashboard, acking it once its run is seeded (no other option)",
+    )
+    parser.add_argument(
         "--frontier",
         action="store_true",
         help="run the frontier of discovery runs instead: follow the links workers send, until "
         "SIGTERM (python -m ops.crawl starts it)",
     )
     add_discovery_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    if args.serve:
+        raise ConfigError("--serve takes no other option: each crawl request brings its own")
     if args.once and not args.run_id:
         raise ConfigError("--once: give the run a name with --run-id, or every start is a new run")
     return Options(
@@ -116,7 +132,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.serve and not any_option_but_serve(args):
+        settings = Settings.from_env()
+        configure_logging(settings.log_level, "producer", settings.log_format)
+        return serve(settings)
+    options = options_from(args)
     settings = Settings.from_env()
     configure_logging(settings.log_level, "producer", settings.log_format)
     if options.frontier:
@@ -138,6 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if server is not None and not result["interrupted"]:
         linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)
     return code
+
+
+def any_option_but_serve(args: argparse.Namespace) -> bool:
+    defaults = vars(build_parser().parse_args([]))
+    return any(value != defaults[name] for name, value in vars(args).items() if name != "serve")
 
 
 def seeded_to_the_end(result: dict[str, Any], code: int) -> bool:
