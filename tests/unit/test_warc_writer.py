@@ -249,3 +249,16 @@ def test_the_body_decoder_undoes_gzip_and_deflate_and_caps_a_bomb() -> None:
     assert BodyDecoder("deflate", "u").decode(raw_deflate.compress(HTML) + raw_deflate.flush(), 10**6) == HTML
     assert BodyDecoder("br", "u").decode(b"\x01\x02", 10) == b"\x01\x02"  # left as it came
     assert len(BodyDecoder("gzip", "u").decode(gzip.compress(b"\0" * 10**7), 1000)) == 1001
+
+
+def test_a_page_rendered_by_a_browser_is_a_resource_record_of_its_dom(tmp_path: Path) -> None:
+    archive = archive_in(tmp_path)
+    at = archive.record(Response("http://site.test/app", 200, "text/html; charset=utf-8", HTML))
+    archive.close()
+    found = {
+        offset: (kind, headers, content)
+        for offset, kind, headers, content in records_of(tmp_path / at.filename)
+    }
+    kind, headers, content = found[at.offset]
+    assert kind == "resource" and content == HTML and headers["WARC-Payload-Digest"] == sha1_digest(HTML)
+    assert headers["Content-Type"] == "text/html; charset=utf-8"

@@ -10,8 +10,10 @@ Which records a page leaves:
 * fetched: `request` and `response` (WARC-Concurrent-To ties them);
 * a 304 to our conditional request: `request` and a `revisit` (server-not-modified), whose
   WARC-Refers-To names the response record the cached body came from, when the cache knows it;
-* a cached body used without asking the server: a `revisit` (identical-payload-digest).
-The row points at the response or revisit record.
+* a cached body used without asking the server: a `revisit` (identical-payload-digest);
+* a page the renderer built in a browser (no exchange of ours gave it as it is): a `resource`
+  holding the DOM it parsed.
+The row points at the response, revisit or resource record.
 
 A full disk does not lose a page: the record is cut off again, the thread waits for room (its
 message stays unacked) and tries again; `problem` says why meanwhile, for `status`. An fsync
@@ -52,6 +54,10 @@ class Response(Protocol):
     def final_url(self) -> str: ...
     @property
     def body(self) -> bytes: ...
+    @property
+    def content_type(self) -> str | None: ...
+    @property
+    def from_cache(self) -> bool: ...
     @property
     def not_modified(self) -> bool: ...
     @property
@@ -164,6 +170,11 @@ class Archive:
         exchange = response.exchange
         if exchange is not None and not response.not_modified:
             return records.response(exchange, page_id, date, warcinfo_id)
+        if exchange is None and not response.from_cache:  # rendered by a browser: its DOM
+            content_type = response.content_type or "text/html"
+            return records.resource(
+                response.final_url, page_id, date, warcinfo_id, content_type, response.body
+            )
         known = response.archived
         digest = known.payload_digest if known is not None else None
         if digest is None and not response.not_modified:
