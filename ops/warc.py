@@ -1,10 +1,11 @@
 """python -m ops.warc check DIR [--run ID] | cdxj DIR --run ID [--output FILE]
 
 `check`: every closed WARC file in DIR is whole (nothing after its last whole record) and its
-digests match its blocks and payloads, as warcio computes them; every page row (of the run, or
-of every run) that names a record in DIR finds exactly one response or revisit record at its
-offset and length, for its URL. Files still being written (`.open`) are read, not judged whole:
-their writer may be in the middle of a record. Exits 1 naming each problem, 0 when there is none.
+digests match its blocks and payloads, as warcio computes them; every page row with a record
+(of the run, or of every run: give --run when several WARC_DIRs served one schema) finds in DIR
+exactly one response, revisit or resource record of its URL at its offset and length. Files
+still being written (`.open`) are read, not judged whole: their writer may be in the middle of
+a record. Exits 1 naming each problem, 0 when there is none.
 
 `cdxj`: the CDXJ index of a run's records (ops/cdxj.py), for pywb and other replay tools.
 """
