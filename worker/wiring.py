@@ -30,6 +30,7 @@ from worker.politeness_config import PolitenessConfig
 from worker.profiles import load_profiles
 from worker.proxies import Proxy, ProxyFailed, ProxyPool
 from worker.ratelimit import RateLimiter
+from worker.render_figures import RenderFigures
 from worker.response import CacheEntry, Response
 from worker.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
 from worker.store import BATCH_ROWS, ResultStore
@@ -156,4 +157,5 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         handled=HandledMarks(client, keys),
         # Its GET, once a second per run, carries the thread's held writes like any other.
         run_states=RunStates(client, keys),
+        sent_to_render=RenderFigures(client, keys).sent,  # RENDER=auto's figure of the run
     )

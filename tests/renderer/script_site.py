@@ -34,6 +34,7 @@ const kept = []; for (;;) { kept.push(new Array(1e6).fill(Math.random())); }
     "/away": """<div id="root">leaving</div><script>
 setTimeout(() => { location.href = '/content'; }, 50);
 </script>""",
+    "/plain": "<h1>Plain</h1><p>" + "A page a worker stores as it comes, no script needed. " * 20 + "</p>",
     "/hostile": """<div id="root">hostile</div>
 <iframe src="http://CANARY/frame"></iframe><img src="http://CANARY/image.png">
 <script>
