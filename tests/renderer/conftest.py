@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.script_site import SITE_HOST, Canary, ScriptSite
 from renderer.engine import RenderEngine
 from renderer.watchdog import Watchdog
 from shared.addresses import AddressPolicy
 from shared.netguard import AddressGuard
 from shared.settings import Settings
-from tests.renderer.script_site import SITE_HOST, Canary, ScriptSite
 
 
 @pytest.fixture

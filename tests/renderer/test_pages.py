@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from bench.script_site import Canary, ScriptSite
 from renderer.engine import RenderEngine
 from renderer.page import RenderCrashed, RenderRefused
 from renderer.watchdog import Watchdog
 from shared.addresses import AddressPolicy
 from shared.netguard import AddressGuard
 from tests.renderer.conftest import render_settings
-from tests.renderer.script_site import Canary, ScriptSite
 from worker.parse import parse_page
 
 pytestmark = [pytest.mark.renderer, pytest.mark.timeout(120)]

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.script_site import SITE_HOST, Canary, ScriptSite
 from ops.accounting import account
 from renderer.processes import all_processes, browser_groups, descendants, group_members, read_process
 from shared import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
-from tests.renderer.script_site import SITE_HOST, Canary, ScriptSite
 
 pytestmark = [pytest.mark.renderer, pytest.mark.timeout(240)]
 STRAY_GRACE_S = 30.0
