@@ -177,8 +177,8 @@ class GuardedProxy:
         await up_writer.drain()
         try:
             # The answer's head as it comes (bounded), then its body, counted against the cap.
-            head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), self._idle_timeout_s)
-            writer.write(head)
+            answer_head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), self._idle_timeout_s)
+            writer.write(answer_head)
             await self._copy(up_reader, writer, self._max_body_bytes)
         finally:
             up_writer.close()
