@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from playwright.async_api import Browser, BrowserContext, Playwright, Route, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
-from renderer.page import Extras, Rendered, refuse_extras, render
+from renderer.page import Extras, Rendered, refuse_extras, render, translated
 from renderer.processes import browser_groups, descendants, group_memory_bytes, kill_group
 from renderer.watchdog import Watchdog
 from shared.errors import BlockedAddress
@@ -109,12 +109,19 @@ class BrowserPool:
             rendered = await render(context, url, deadline_s, slot.extras)
             self.figures.popups_closed += rendered.popups_closed
             return rendered
+        except PlaywrightError as exc:  # the browser or context went away around the page
+            slot.context = None
+            raise translated(exc) from None
         finally:
             self._free.put_nowait(slot)
             await self._restart_if_over_memory()
 
     def browser_memory_bytes(self) -> int:
         return group_memory_bytes(self._browser_group) if self._browser_group is not None else 0
+
+    async def warm_up(self) -> None:
+        """Starts the browser now, so a CHROMIUM_PATH that cannot run shows at start."""
+        await self._running_browser()
 
     async def close(self) -> None:
         await self._close_browser()

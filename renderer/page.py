@@ -140,7 +140,7 @@ async def _load_and_read(
     except PlaywrightTimeout:
         raise RenderTimeout(f"{url} did not load within the deadline") from None
     except PlaywrightError as exc:
-        raise _translated(exc) from None
+        raise translated(exc) from None
     if response is None:
         raise RenderRefused("no document was loaded")
     refused = await response.header_value(REFUSED_HEADER)
@@ -159,7 +159,7 @@ async def _load_and_read(
     except PlaywrightTimeout:
         settled = False  # read as it stands: the deadline bounds the wait for idle
     except PlaywrightError as exc:
-        raise _translated(exc) from None
+        raise translated(exc) from None
     html = await _read_dom(page, deadline)
     if refused_documents:  # a script or a meta refresh took the page where the guard refused
         raise RenderRefused(f"the page navigated where the guard refused ({refused_documents[-1]})", 403)
@@ -174,7 +174,7 @@ async def _read_dom(page: Page, deadline: float) -> str:
             return await page.content()
         except PlaywrightError as exc:
             if "crash" in str(exc).lower():
-                raise _translated(exc) from None
+                raise translated(exc) from None
             if _ms_left(deadline) <= 1:
                 raise RenderTimeout("the page kept navigating until the deadline") from None
             with contextlib.suppress(PlaywrightError):
@@ -182,7 +182,7 @@ async def _read_dom(page: Page, deadline: float) -> str:
             await asyncio.sleep(SETTLE_STEP_S)
 
 
-def _translated(exc: PlaywrightError) -> TransientError | PermanentError:
+def translated(exc: PlaywrightError) -> TransientError | PermanentError:
     text = str(exc).split("\n", 1)[0][:300]
     lowered = text.lower()
     if "crash" in lowered or "target closed" in lowered or "has been closed" in lowered:
