@@ -65,14 +65,18 @@ def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]
     outcomes: dict[str, int] = {}
     samples: list[tuple[int, float]] = []
     browsers_seen: set[int] = set()
+    details: dict[str, str] = {}  # the first error of each kind, for a person to read
 
     def one(index: int) -> str:
         path = "/memory" if index % CRASH_EVERY == CRASH_EVERY - 1 else CYCLE[index % len(CYCLE)]
         try:
             engine.render(site.url(path))
-        except RenderCrashed:
+        except RenderCrashed as exc:
+            if path != "/memory":
+                details.setdefault(f"crashed on {path}", str(exc)[:300])
             return "crashed" if path == "/memory" else "crashed_unexpectedly"
         except TaskError as exc:
+            details.setdefault(exc.reason, str(exc)[:300])
             return exc.reason
         return "ok" if path != "/memory" else "memory_page_survived"
 
@@ -99,6 +103,7 @@ def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]
         "seconds": round(elapsed_s, 1),
         "pages_per_s": round(renders / elapsed_s, 2),
         "outcomes": outcomes,
+        "errors": details,
         "pool": figures,
         "memory_mb_samples": samples,
         "second_half_growth_mb": round(samples[-1][1] - half[1], 1) if samples else 0.0,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from scrapy import Request, Spider, signals
@@ -32,7 +32,11 @@ class RenderedPages(Spider):
         self._out = out
         self.pages = 0
 
-    def start_requests(self) -> Iterator[Request]:
+    async def start(self) -> AsyncIterator[Request]:  # Scrapy 2.13 and later
+        for request in self.start_requests():
+            yield request
+
+    def start_requests(self) -> Iterator[Request]:  # before 2.13
         for url in self._urls:
             yield Request(
                 url,
@@ -56,6 +60,7 @@ def main() -> None:
     process = CrawlerProcess(
         {
             "LOG_LEVEL": "WARNING",
+            "TELNETCONSOLE_ENABLED": False,
             "ROBOTSTXT_OBEY": False,
             "CONCURRENT_REQUESTS": args.concurrency,
             "CONCURRENT_REQUESTS_PER_DOMAIN": args.concurrency,
