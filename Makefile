@@ -190,7 +190,7 @@ redis-cluster-down:
 # Crawls against that cluster: the pipeline with exact accounting, then a primary killed mid-crawl.
 faults-redis-cluster: install redis-cluster-up
 	$(PY) -m tests.prepare
-	$(PY) -m pytest -m cluster tests/integration/test_redis_cluster_pipeline.py tests/faults_cluster/test_redis_cluster.py; \
+	$(PY) -m pytest -m cluster tests/cluster/test_redis_cluster_pipeline.py tests/faults_cluster/test_redis_cluster.py; \
 		status=$$?; deploy/local/redis-cluster.sh down; exit $$status
 
 # Every cluster scenario: the RabbitMQ cluster's, then the Redis Cluster's.

@@ -34,7 +34,7 @@ from bench.script_site import SITE_HOST, Canary, ScriptSite
 from ops.accounting import account
 from ops.teardown import remove_pipeline
 from renderer.processes import descendants, proportional_bytes
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")

@@ -27,9 +27,8 @@ from renderer.engine import RenderEngine
 from renderer.page import RenderCrashed
 from renderer.processes import all_processes, descendants, proportional_bytes
 from renderer.watchdog import Watchdog
-from shared.addresses import AddressPolicy
 from shared.errors import TaskError
-from shared.netguard import AddressGuard
+from shared.http.netguard import AddressGuard, address_policy
 from shared.settings import Settings
 
 CYCLE = ("/content", "/links", "/popup", "/away")
@@ -61,7 +60,7 @@ def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]
         render_concurrency=concurrency,
     )
     watchdog = Watchdog.start()
-    engine = RenderEngine(settings, AddressGuard(AddressPolicy.from_settings(settings)), watchdog).start()
+    engine = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
     outcomes: dict[str, int] = {}
     samples: list[tuple[int, float]] = []
     browsers_seen: set[int] = set()

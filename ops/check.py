@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from ops import management
-from shared import broker, db
+from shared.amqp import broker
 from shared.cli import EXIT_USER_ERROR, configure_logging
 from shared.errors import ConfigError, PipelineError, one_line
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
 from shared.settings import Settings, redact
 
 Check = tuple[str, Callable[[], str]]  # (what, a function that says how it is or raises)
@@ -111,7 +112,7 @@ def _postgresql(settings: Settings) -> str:
 
 
 def _proxy_labels(settings: Settings) -> list[str]:
-    from worker.proxies import proxies_of
+    from shared.http.proxies import proxies_of
 
     return [proxy.label for proxy in proxies_of(settings)]
 
@@ -141,7 +142,7 @@ def _routing(settings: Settings) -> str:
 
 
 def _politeness(settings: Settings) -> str:
-    from worker.politeness_config import PolitenessConfig
+    from worker.politeness.config import PolitenessConfig
 
     PolitenessConfig.from_settings(settings)
     return settings.politeness_file or "none (RATE_LIMIT_RPS for every domain)"
@@ -150,7 +151,7 @@ def _politeness(settings: Settings) -> str:
 def _profiles(settings: Settings) -> str:
     if not settings.extraction_profiles_file:
         return "none"
-    from worker.profiles import load_profiles
+    from worker.parse.profiles import load_profiles
 
     load_profiles(settings.extraction_profiles_file)
     return settings.extraction_profiles_file

@@ -45,14 +45,14 @@ from ops.crawl_report import print_accounting, producer_line, what_stays
 from ops.crawl_workers import DEFAULT_WORKERS, worker_launches
 from ops.run_delete import delete_run
 from ops.run_watch import RunWatch
-from shared import db
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
-from shared.keys import Keys
+from shared.postgres import db
 from shared.progress import EVERY_S, ProgressDisplay, Rate, Snapshot, live_detail, periodic_line
-from shared.redis_client import OPERATOR, connect_redis
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import CANCELLED, PAUSED
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
 
 __all__ = ["CrawlFailed", "Processes", "main", "run_crawl"]  # Processes: tests start services with it

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 
 # Per kind of row: a query of one URL (and perhaps one run) returning the run and a summary.

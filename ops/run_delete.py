@@ -1,7 +1,7 @@
 """Deleting a run: `python -m ops.runs delete RUN [--force]`, and `python -m ops.crawl --fresh`.
 
 A run leaves rows (pages, dead_letters, skips with its run_id), Redis keys (its dedup hashes,
-counters, state, seeding summary and producer heartbeats: shared/keys.py) and perhaps a hold
+counters, state, seeding summary and producer heartbeats: shared/redis/keys.py) and perhaps a hold
 queue (`<ns>.held.<run>`). Deleting it removes all three, so that the same run id starts from
 nothing.
 
@@ -21,11 +21,12 @@ import pika.exceptions
 import redis
 
 from ops.accounting import account
-from shared import broker, db
+from shared.amqp import broker
 from shared.errors import ConfigError
-from shared.keys import Keys
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import held_queue, recorded_enqueued
+from shared.postgres import db
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import held_queue, recorded_enqueued
 from shared.settings import Settings
 
 DELETE_ROWS = (
@@ -33,6 +34,9 @@ DELETE_ROWS = (
     "DELETE FROM dead_letters WHERE run_id = %(run)s",
     "DELETE FROM skips WHERE run_id = %(run)s",
 )
+# Its counters (run_counters: the triggers leave them at zero once the rows are gone), so that
+# the run leaves the runs list too.
+DELETE_COUNTERS = "DELETE FROM run_counters WHERE run_id = %(run)s"
 KEYS_A_BATCH = 500
 
 
@@ -51,6 +55,7 @@ def run_keys_patterns(keys: Keys, run_id: str) -> list[str]:
         keys.run_stats(run),
         keys.run_state(run),
         keys.run_seeded(run),
+        keys.run_producing(run),
         keys.producer_heartbeat(run, "*"),
         keys.producer_heartbeat(run, "*", "??"),  # one per bucket group on a Redis Cluster
         keys.seen(run, "??") + "*",  # the run's 65,536 dedup hashes
@@ -76,6 +81,7 @@ def delete_run(settings: Settings, client: redis.Redis, keys: Keys, run_id: str,
     db.ensure_schema(settings)
     with db.translate(settings), db.connect(settings) as conn:
         rows = sum(conn.execute(statement, {"run": run_id}).rowcount for statement in DELETE_ROWS)
+        conn.execute(DELETE_COUNTERS, {"run": run_id})
         conn.commit()
     return Deleted(rows, _delete_keys(client, keys, run_id), deleted_held)
 

@@ -24,7 +24,7 @@ from producer.background import Background
 from producer.patience import PUBLISH_ATTEMPTS, Patience
 from producer.pipeline_types import Counts, DedupStore, Outcomes, Publisher
 from shared import metrics
-from shared.broker import Publication
+from shared.amqp.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.messages import QUEUE_KINDS
 

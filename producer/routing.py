@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
+from shared.amqp.topology import MAX_MESSAGE_PRIORITY
 from shared.errors import ConfigError
 from shared.message_bounds import RENDER_KIND
 from shared.messages import QUEUE_KINDS
-from shared.topology import MAX_MESSAGE_PRIORITY
 
 DEFAULT_RULES_FILE = "default_routing.toml"
 FALLBACK_QUEUE = "bulk"

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from producer.routing import Router
 from producer.sitemaps import SitemapEntry
-from shared.broker import Publication
+from shared.amqp.broker import Publication
+from shared.amqp.topology import new_task_routing_key, work_exchange
 from shared.message_bounds import TASK_KINDS
 from shared.messages import TaskBodies
-from shared.topology import new_task_routing_key, work_exchange
 
 
 @dataclass(slots=True)  # not frozen: made for every URL, and frozen dataclasses build slowly

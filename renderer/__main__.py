@@ -15,20 +15,20 @@ import resource
 
 from renderer.engine import RenderEngine, RenderFetch, require_chromium
 from renderer.watchdog import Watchdog
-from shared import db, metrics
-from shared.addresses import AddressPolicy
+from shared import metrics
+from shared.amqp.topology import render_queue
 from shared.cli import configure_logging, exit_code_of, run_main
 from shared.consumer import Subscription, run_consumers
+from shared.http.netguard import AddressGuard, address_policy
 from shared.metrics import start_metrics_server
-from shared.netguard import AddressGuard
-from shared.presence import announced
+from shared.postgres import db
+from shared.redis.deferred_writes import flush
+from shared.redis.presence import announced
 from shared.settings import Settings
-from shared.topology import render_queue
-from worker.deferred_writes import flush
+from worker.fetch.response import CacheEntry, Response
 from worker.handler import CrawlHandler
 from worker.pool import run_pool
-from worker.response import CacheEntry, Response
-from worker.store import ResultStore
+from worker.store.writer import ResultStore
 from worker.wiring import HttpFetch, build_handler, connect_worker_redis
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
         db.ensure_schema(settings)
     client = connect_worker_redis(settings)
     watchdog = Watchdog.start()
-    engine = RenderEngine(settings, AddressGuard(AddressPolicy.from_settings(settings)), watchdog).start()
+    engine = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
     handler = build_renderer(settings, engine, client)
     metrics.BROWSER_RSS_BYTES.set_function(engine.browser_memory_bytes)
     log.info(

@@ -25,10 +25,10 @@ from renderer.proxy import GuardedProxy
 from renderer.watchdog import Watchdog
 from shared import metrics
 from shared.errors import ConfigError, one_line
-from shared.netguard import AddressGuard
+from shared.http.netguard import AddressGuard
 from shared.settings import Settings
-from worker.response import CacheEntry, Response
-from worker.robots import RobotsAnswer
+from worker.fetch.response import CacheEntry, Response
+from worker.politeness.robots import RobotsAnswer
 
 log = logging.getLogger(__name__)
 

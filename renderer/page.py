@@ -23,7 +23,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from renderer.proxy import REFUSED_HEADER
 from shared.errors import PermanentError, TransientError
-from worker.verdicts import classify
+from worker.fetch.verdicts import classify
 
 RENDER_TIMEOUT, RENDER_CRASHED, RENDER_REFUSED = "render_timeout", "render_crashed", "render_refused"
 SETTLE_STEP_S = 0.25  # how long the DOM must stay readable after a script navigated the page

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from shared.addresses import IPAddress
 from shared.errors import BlockedAddress
+from shared.http.addresses import IPAddress
 from shared.urls import InvalidURL
 
 log = logging.getLogger(__name__)

@@ -14,12 +14,13 @@ Where each metric is counted (label values in brackets):
                                    (not robots.txt): observe(seconds), also for failed fetches
       HTTP_RESPONSES[code]         every HTTP answer to a page fetch, by status code ("200",
                                    "304", "404", "503", ...); a fetch with no answer counts nothing
-      RETRIES[reason]              when a transient failure is sent to a retry queue (worker/forwards.py)
+      RETRIES[reason]              when a transient failure is sent to a retry queue
+                                   (worker/handling/forwards.py)
       CACHE_HITS                   a page answered from a fresh cache entry, without a request
       NOT_MODIFIED                 a 304 that revalidated a cached entry
       RATE_LIMIT_WAITS             each request the domain gate held back in-process (its rate,
       RATE_LIMIT_WAIT_SECONDS        concurrency cap or pause): inc() once per request that slept,
-                                   and add the seconds it slept (worker/gate_waits.py)
+                                   and add the seconds it slept (worker/politeness/gate_waits.py)
       DEFERRALS[reason]            a URL sent to a defer queue because it could not be served
                                    soon enough (TryLater: rate, paused, busy, spacing,
                                    robots_pending, proxies_benched); no attempt charged
@@ -27,8 +28,12 @@ Where each metric is counted (label values in brackets):
                                    it returns an outcome (``with FETCHES_IN_FLIGHT.track_inprogress()``)
       PRODUCER_COPIES_RECEIVED     a producer's message at its first delivery (no headers, not
                                    redelivered): each message the broker got from a producer, once
+      PROXY_FAILURES[proxy]        a request that failed for its proxy's fault (shared/http/proxies.py);
+                                   proxy = scheme://host:port, never credentials
+      PROXY_USABLE[proxy]          1 while the proxy is in use, 0 while benched, as this worker last
+                                   saw it (each choice of a proxy reads every proxy's bench)
       DUPLICATE_DELIVERIES[kind]   a delivery of a URL already settled, acked unfetched
-                                   (worker/handled.py): second_copy (another message the producer
+                                   (worker/handling/handled.py): second_copy (another message the producer
                                    published), redelivered (the same message again), forwarded
                                    (a retry or deferral copy)
 
@@ -53,7 +58,8 @@ Where each metric is counted (label values in brackets):
 
 Names follow Prometheus conventions: base units (seconds), ``_total`` added to counters by the
 client library. Labels have small fixed value sets (queues, reasons, status codes); never put
-a URL or domain in a label, which would create a series per page.
+a URL or domain in a label, which would create a series per page (a proxy's label is one of
+the few configured proxies).
 """
 
 from __future__ import annotations
@@ -88,6 +94,8 @@ DEFERRALS = Counter(
     "crawl_deferrals", "URLs sent to a defer queue to wait, no failure and no attempt charged.", ["reason"]
 )
 FETCHES_IN_FLIGHT = Gauge("crawl_fetches_in_flight", "Deliveries a worker process is working on now.")
+PROXY_FAILURES = Counter("crawl_proxy_failures", "Requests that failed for their proxy's fault.", ["proxy"])
+PROXY_USABLE = Gauge("crawl_proxy_usable", "1 while a proxy is in use, 0 while it is benched.", ["proxy"])
 
 PRODUCER_COPIES_RECEIVED = Counter(
     "crawl_copies_received", "Producer messages at their first delivery to a worker."

@@ -20,13 +20,14 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError, one_line
-from shared.redis_cluster import cluster_nodes, is_cluster_url
+from shared.message_bounds import QUEUE_KINDS
+from shared.redis.cluster import cluster_nodes, is_cluster_url
 from shared.settings_file import FILE_VARIABLE, blamed_on_file, read_settings_file
 
 # The schemes each service URL may have; anything else is a mistake to report before connecting.
 URL_SCHEMES = {
     "amqp_url": ("amqp", "amqps"),
-    "redis_url": ("redis", "rediss", "unix"),  # or redis+cluster:// (shared/redis_cluster.py)
+    "redis_url": ("redis", "rediss", "unix"),  # or redis+cluster:// (shared/redis/cluster.py)
     "database_url": ("postgresql", "postgres"),
     "rabbitmq_management_url": ("http", "https"),
 }
@@ -61,6 +62,7 @@ POSITIVE = (
     "proxy_bench_s",
     "max_domain_pause_s",
     "parse_deadline_s",
+    "rate_recovery_s",
     "render_deadline_s",
 )
 NOT_NEGATIVE = (
@@ -72,6 +74,7 @@ NOT_NEGATIVE = (
     "host_spread_window",
     "cache_fresh_s",
     "metrics_linger_s",
+    "rate_jitter",
 )
 # Each test holds for the values allowed, so a NaN (which compares false) is refused too.
 _BOUNDS: tuple[tuple[tuple[str, ...], Callable[[float], bool], str], ...] = (
@@ -129,6 +132,8 @@ class Settings:
     worker_id: str = field(default_factory=default_worker_id)
     fetch_concurrency: int = DEFAULT_FETCH_CONCURRENCY  # fetches in flight per worker process
     worker_processes: int = 1  # `python -m worker` forks this many workers (worker/pool.py)
+    # The work queues a worker serves: all by default; "priority" alone for a dedicated pool.
+    worker_queues: tuple[str, ...] = ("priority", "ttl", "bulk")
     fetch_connect_timeout_s: float = 5.0
     fetch_read_timeout_s: float = 15.0
     fetch_deadline_s: float = 30.0  # whole fetch, body included
@@ -144,6 +149,12 @@ class Settings:
     fetch_allowlist: str = ""  # e.g. "10.1.0.0/16,intranet.example,.corp.example"
     user_agent: str = "crawl-pipeline/0.1 (+https://github.com/crawl-pipeline)"
     rate_limit_rps: float = 2.0  # per domain, shared by every worker
+    # Adaptive slow-down (docs/POLITENESS.md): a domain's rate is cut on a 429 or 503 without
+    # Retry-After, a burst of 403s or rising latency, and grows back to RATE_LIMIT_RPS over this
+    # long. RATE_JITTER lengthens each interval by a random share of it, up to this (0.5 = up
+    # to half again), so requests are not evenly spaced; 0 = none.
+    rate_recovery_s: float = 60.0
+    rate_jitter: float = 0.0
     max_inline_wait_s: float = 2.0  # a longer rate-limit wait frees the fetch thread
     # A URL that must wait longer than the inline wait is held unacked in the worker for up to
     # this long (its domain slot reserved); longer waits go back through the broker. 0 = never hold.
@@ -171,11 +182,11 @@ class Settings:
     # Comma-separated proxy URLs, perhaps with credentials: kept out of repr() so that logging
     # the settings cannot leak them. Empty = connect directly.
     proxies: str = field(default="", repr=False)
-    proxy_file: str = ""  # one proxy URL a line, beside PROXIES (worker/proxies.py)
+    proxy_file: str = ""  # one proxy URL a line, beside PROXIES (shared/http/proxies.py)
     proxy_rotation: str = "round_robin"  # round_robin | random
     proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
     proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
-    extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/profiles.py)
+    extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/parse/profiles.py)
 
     # Producer.
     routing_file: str = ""  # TOML routing rules; empty = the built-in rules
@@ -229,6 +240,9 @@ class Settings:
     def validate(self) -> None:
         """Refuse settings that cannot work, with a one-line ConfigError naming the variable."""
         _check_values(self)
+        if not self.worker_queues or not set(self.worker_queues) <= set(QUEUE_KINDS):
+            kinds = ",".join(self.worker_queues)
+            raise ConfigError(f"WORKER_QUEUES: expected some of {','.join(QUEUE_KINDS)}, got {kinds!r}")
         if not self.retry_delays_s or any(d <= 0 for d in self.retry_delays_s):
             raise ConfigError("RETRY_DELAYS_S: expected positive seconds, e.g. '5,30'")
         if not 0 <= self.metrics_port <= 65535:
@@ -237,7 +251,7 @@ class Settings:
             raise ConfigError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         if self.fetch_allowlist.strip():
             # Imported here: the guard pulls in requests, which settings alone do not need.
-            from shared.addresses import parse_allowlist
+            from shared.http.addresses import parse_allowlist
 
             parse_allowlist(self.fetch_allowlist)  # raises ConfigError naming a bad entry
         _check_service_urls(self)

@@ -7,16 +7,16 @@ import dataclasses
 import logging
 import resource
 
-from shared import db
+from shared.amqp.topology import work_queue
 from shared.cli import configure_logging, exit_code_of, run_main
 from shared.consumer import Subscription, run_consumers
 from shared.metrics import start_metrics_server
-from shared.presence import announced
+from shared.postgres import db
+from shared.redis.deferred_writes import flush
+from shared.redis.presence import announced
 from shared.settings import Settings
-from shared.topology import work_queue
-from worker.deferred_writes import flush
 from worker.pool import run_pool
-from worker.store import ResultStore
+from worker.store.writer import ResultStore
 from worker.wiring import build_handler, connect_worker_redis
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--concurrency", type=int, help="fetches in flight (default: FETCH_CONCURRENCY)")
     parser.add_argument(
+        "--queues",
+        metavar="KIND[,KIND]",
+        help="the work queues to serve, e.g. 'priority' for a pool dedicated to the priority "
+        "queue (default: WORKER_QUEUES, all of priority,ttl,bulk)",
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         help="worker processes, forked after start-up by one that supervises them (default: "
@@ -46,11 +52,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings.from_env()
-    if args.concurrency or args.processes:
+    if args.concurrency or args.processes or args.queues is not None:
         settings = dataclasses.replace(
             settings,
             fetch_concurrency=args.concurrency or settings.fetch_concurrency,
             worker_processes=args.processes or settings.worker_processes,
+            worker_queues=settings.worker_queues if args.queues is None else queue_kinds(args.queues),
         )
         settings.validate()
     if settings.worker_processes == 1:
@@ -63,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         lambda index: exit_code_of("worker", lambda: serve(pool_member(settings, index), schema_ready=True)),
         name_of=lambda index: f"worker {settings.worker_id}-{index}",
     )
+
+
+def queue_kinds(text: str) -> tuple[str, ...]:
+    """--queues priority,ttl: the kinds, as WORKER_QUEUES reads them (checked by validate)."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def pool_member(settings: Settings, index: int) -> Settings:
@@ -85,9 +97,16 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     handler = build_handler(settings, client)
     ns = settings.crawl_namespace
     subscriptions = [
-        Subscription(work_queue(ns, kind), prio) for kind, prio in SUBSCRIPTION_PRIORITIES.items()
+        Subscription(work_queue(ns, kind), prio)
+        for kind, prio in SUBSCRIPTION_PRIORITIES.items()
+        if kind in settings.worker_queues
     ]
-    log.info("worker %s starting with %d fetches in flight", settings.worker_id, settings.fetch_concurrency)
+    log.info(
+        "worker %s starting with %d fetches in flight, serving %s",
+        settings.worker_id,
+        settings.fetch_concurrency,
+        ",".join(settings.worker_queues),
+    )
     try:
         with announced(settings):  # status lists the worker while it runs
             code = run_consumers(
@@ -97,7 +116,7 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 handler,
                 settings.fetch_concurrency,
                 # The Redis writes a page leaves for the thread's next command go out when no
-                # message is waiting for it (worker/deferred_writes.py).
+                # message is waiting for it (shared/redis/deferred_writes.py).
                 when_idle=lambda: flush(client),
                 park=handler.parked,
                 # A worker with nothing else in hand commits its rows at once: no more are

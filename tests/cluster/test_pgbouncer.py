@@ -19,12 +19,12 @@ from bench.pgbouncer import ConnectionSampler
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes, run_crawl
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.cluster.conftest import DATABASE, pgbouncer_show
 from tests.e2e.conftest import service_env
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(400)]
+pytestmark = pytest.mark.timeout(400)
 
 
 def rows(settings: Settings, query: str, *params: object) -> list[tuple[Any, ...]]:

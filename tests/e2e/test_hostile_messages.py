@@ -27,7 +27,16 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from ops.crawl import Processes
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import (
+    build_topology,
+    dead_letter_exchange,
+    dead_letter_queue,
+    new_task_routing_key,
+    parked_queue,
+    work_exchange,
+    work_queue,
+)
 from shared.errors import DecodeError
 from shared.messages import (
     ATTEMPT_HEADER,
@@ -38,20 +47,12 @@ from shared.messages import (
     STATUS_HEADER,
     CrawlTask,
 )
+from shared.postgres import db
 from shared.settings import Settings
-from shared.topology import (
-    build_topology,
-    dead_letter_exchange,
-    dead_letter_queue,
-    new_task_routing_key,
-    parked_queue,
-    work_exchange,
-    work_queue,
-)
 from tests.e2e.conftest import service_env
 from tests.faults.site import FaultSite, SiteShape
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 RUN = "hostile"
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "20"))  # more: a longer search

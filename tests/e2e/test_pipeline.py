@@ -17,11 +17,11 @@ from demo_site.config import Kind
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes, run_crawl
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 
 def rows(settings: Settings, query: str, *params: object) -> list[tuple[object, ...]]:

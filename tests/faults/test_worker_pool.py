@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.faults.conftest import SIZE, Size
 from tests.faults.fleet import STOP_BOUND_S, Fleet
 from tests.faults.ledger import wait_for_ledger, wait_for_progress
 from tests.faults.site import FaultSite, SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+pytestmark = pytest.mark.timeout(SIZE.timeout_s)
 
 PAGES = 300
 POOL_ARGS = ("--processes", "2", "--concurrency", "4")

@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from producer.dedup import split_fingerprint
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.urls import canonicalize, domain_of, fingerprint
 from tests.e2e.conftest import service_env
 from tests.faults.fleet import Fleet
@@ -37,7 +37,7 @@ from tests.faults_cluster.redis_nodes import (
     wait_healthy,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 URLS = int(os.environ.get("CLUSTER_FAULT_URLS", "1200"))
 RATE_RPS = 40  # per domain: the site's access log shows whether a failover lets more through

@@ -15,17 +15,16 @@ from ops.crawl import forget_run
 from ops.run_delete import delete_run
 from ops.runs import pause
 from producer.dedup import Dedup
-from shared import broker, db
+from shared.amqp import broker
 from shared.errors import ConfigError
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import held_queue
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import held_queue
 from shared.settings import Settings
 from shared.urls import fingerprint
 from tests.e2e.conftest import service_env
 from tests.integration.test_runs import hold, tasks
-
-pytestmark = pytest.mark.integration
 
 RUN = "it-runs"  # the run tests.integration.test_runs.hold holds messages of
 OTHER = "it-runs-2"  # a run whose name starts with the other's: none of its keys may go

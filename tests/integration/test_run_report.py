@@ -8,13 +8,11 @@ import pytest
 
 from ops.accounting import Accounting
 from ops.run_report import render, report
-from shared import db
 from shared.errors import ConfigError
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-
-pytestmark = pytest.mark.integration
 
 
 def test_render_reads_like_make_demo() -> None:

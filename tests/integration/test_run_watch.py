@@ -8,13 +8,11 @@ import redis
 
 from ops.crawl_processes import CrawlFailed
 from ops.run_watch import RunWatch
-from shared import db
+from shared.postgres import db
 from shared.progress import Snapshot
 from shared.settings import Settings
 from tests.fakes import FakeTime
 from tests.ports import closed_port
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_lost_postgresql_connection_shows_unknown_then_is_opened_again(settings: Settings) -> None:

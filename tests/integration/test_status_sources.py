@@ -13,15 +13,13 @@ import redis
 from ops.management import HttpGet
 from ops.runs import pause
 from ops.status import KNOWN_PREFIXES, gather
-from shared import broker
-from shared.keys import Keys
-from shared.presence import PRESENCE_TTL_S, announced
-from shared.runstate import held_queue
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
+from shared.redis.keys import Keys
+from shared.redis.presence import PRESENCE_TTL_S, announced
+from shared.redis.runstate import held_queue
 from shared.settings import Settings
-from shared.topology import build_topology
 from tests.conftest import cleanup, unique_name
-
-pytestmark = pytest.mark.integration
 
 CLOSED_PORT_HTTP = "http://127.0.0.1:1"
 
@@ -57,6 +55,7 @@ def test_without_the_api_every_queue_has_its_own_role(settings: Settings) -> Non
         f"{ns}.render": ("work", True),
         f"{ns}.dead": ("dead", True),
         f"{ns}.parked": ("parked", True),
+        f"{ns}.control.runs": ("control", True),
         f"{ns}.retry.500ms": ("retry", True),
         f"{ns}.retry.1000ms": ("retry", True),
         f"{ns}.defer.1000ms": ("defer", True),

@@ -10,8 +10,7 @@ import pytest
 from bench.script_site import SITE_HOST, Canary, ScriptSite
 from renderer.engine import RenderEngine
 from renderer.watchdog import Watchdog
-from shared.addresses import AddressPolicy
-from shared.netguard import AddressGuard
+from shared.http.netguard import AddressGuard, address_policy
 from shared.settings import Settings
 
 
@@ -39,7 +38,7 @@ def render_settings(**changes: object) -> Settings:
 def engine() -> Iterator[RenderEngine]:
     settings = render_settings()
     watchdog = Watchdog.start()
-    started = RenderEngine(settings, AddressGuard(AddressPolicy.from_settings(settings)), watchdog).start()
+    started = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
     yield started
     started.close()
     watchdog.stop()

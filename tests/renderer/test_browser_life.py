@@ -13,8 +13,7 @@ from bench.script_site import ScriptSite
 from renderer.engine import RenderEngine
 from renderer.processes import browser_groups
 from renderer.watchdog import Watchdog
-from shared.addresses import AddressPolicy
-from shared.netguard import AddressGuard
+from shared.http.netguard import AddressGuard, address_policy
 from tests.renderer.conftest import render_settings
 
 pytestmark = [pytest.mark.renderer, pytest.mark.timeout(120)]
@@ -24,7 +23,7 @@ pytestmark = [pytest.mark.renderer, pytest.mark.timeout(120)]
 def engine_with(**changes: object) -> Iterator[RenderEngine]:
     settings = render_settings(**changes)
     watchdog = Watchdog.start()
-    engine = RenderEngine(settings, AddressGuard(AddressPolicy.from_settings(settings)), watchdog).start()
+    engine = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
     try:
         yield engine
     finally:

@@ -9,12 +9,11 @@ from bench.script_site import Canary, ScriptSite
 from renderer.engine import RenderEngine
 from renderer.page import RenderCrashed, RenderRefused
 from renderer.watchdog import Watchdog
-from shared.addresses import AddressPolicy
-from shared.netguard import AddressGuard
+from shared.http.netguard import AddressGuard, address_policy
 from tests.renderer.conftest import render_settings
-from worker.parse import parse_page
+from worker.parse.page import parse_page
 
-pytestmark = [pytest.mark.renderer, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_script_built_content_and_links_are_in_the_rendered_page(
@@ -69,7 +68,7 @@ def test_the_hostile_page_makes_no_connection_to_the_canary(
 def test_the_proxy_alone_holds_without_the_route_check(script_site: ScriptSite, canary: Canary) -> None:
     settings = render_settings()
     watchdog = Watchdog.start()
-    guard = AddressGuard(AddressPolicy.from_settings(settings))
+    guard = AddressGuard(address_policy(settings))
     engine = RenderEngine(settings, guard, watchdog, route_check=False).start()
     try:
         with pytest.raises(RenderRefused):

@@ -16,11 +16,11 @@ import pytest
 from bench.script_site import SITE_HOST, Canary, ScriptSite
 from ops.accounting import account
 from renderer.processes import all_processes, browser_groups, descendants, group_members, read_process
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 
-pytestmark = [pytest.mark.renderer, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 STRAY_GRACE_S = 30.0
 
 

@@ -8,12 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared import broker
+from shared.amqp import broker
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from tests.ports import closed_port
-
-pytestmark = pytest.mark.unit
 
 
 @pytest.fixture

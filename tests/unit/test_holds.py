@@ -6,10 +6,8 @@ import threading
 
 import pytest
 
-from shared.holds import HeldMessages
+from shared.consumer.holds import HeldMessages
 from tests.fakes import FakeTime
-
-pytestmark = pytest.mark.unit
 
 
 def test_nothing_is_due_before_its_time_and_everything_due_comes_out_earliest_first() -> None:

@@ -21,13 +21,11 @@ import pytest
 from producer.fetch import FetchFailed, HttpFetcher
 from producer.sitemaps import SitemapError, SitemapReader, parse_sitemap
 from shared.errors import PermanentError, TransientError
-from shared.netguard import guarded_session
+from shared.http.netguard import guarded_session
 from shared.settings import Settings
 from shared.urls import InvalidURL, canonicalize
 from tests.unit.test_netguard import Canary
-from worker.fetch import Fetcher
-
-pytestmark = pytest.mark.unit
+from worker.fetch.fetcher import Fetcher
 
 MB = 1024 * 1024
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'

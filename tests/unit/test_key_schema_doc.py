@@ -1,4 +1,4 @@
-"""docs/OPERATING.md's key table lists every kind of key shared/keys.py builds."""
+"""docs/OPERATING.md's key table lists every kind of key shared/redis/keys.py builds."""
 
 from __future__ import annotations
 
@@ -6,11 +6,7 @@ import inspect
 import re
 from pathlib import Path
 
-import pytest
-
-from shared.keys import Keys
-
-pytestmark = pytest.mark.unit
+from shared.redis.keys import Keys
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "OPERATING.md"
 

@@ -7,10 +7,8 @@ from pathlib import Path
 import pytest
 
 from shared.errors import ConfigError
+from shared.http.proxies import proxies_of
 from shared.settings import Settings
-from worker.proxies import proxies_of
-
-pytestmark = pytest.mark.unit
 
 
 def settings_with(tmp_path: Path, lines: str, proxies: str = "") -> Settings:

@@ -10,8 +10,8 @@ from typing import ClassVar
 import pytest
 
 from renderer.proxy import REFUSED_HEADER, GuardedProxy
-from shared.addresses import IPAddress
 from shared.errors import BlockedAddress
+from shared.http.addresses import IPAddress
 from tests.local_site import LocalSite, QuietHandler
 
 pytestmark = pytest.mark.unit

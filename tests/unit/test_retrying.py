@@ -16,14 +16,12 @@ from producer.pipeline import Pipeline
 from producer.routing import load_router
 from producer.sitemaps import SitemapEntry
 from shared import retrying
-from shared.broker import Publication
+from shared.amqp.broker import Publication
 from shared.consumer import ConsumerRuntime, Delivery, Outcome, StopEvent
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from tests.fakes import FakeTime, MemoryDedup
 from tests.unit.test_store_isolation import FakeDatabase, write_batch
-
-pytestmark = pytest.mark.unit
 
 
 def down(attempt: int) -> ServiceUnavailable:

@@ -6,9 +6,7 @@ import pytest
 
 from producer.routing import Router, parse_rules
 from shared.errors import ConfigError
-from worker.script_shell import looks_like_script_shell
-
-pytestmark = pytest.mark.unit
+from worker.parse.script_shell import looks_like_script_shell
 
 SHELL = '<html><body><div id="root"></div><script src="/app.js"></script></body></html>'
 

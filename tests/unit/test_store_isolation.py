@@ -15,13 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from shared import db
 from shared.errors import ServiceUnavailable, UnstorableRow
+from shared.postgres import db
 from shared.settings import Settings
-from worker.store import ResultStore
-from worker.store_rows import PageRow
-
-pytestmark = pytest.mark.unit
+from worker.store.rows import PageRow
+from worker.store.writer import ResultStore
 
 REFUSED = {
     "http://a.test/out-of-range": psycopg.errors.NumericValueOutOfRange("integer out of range"),
