@@ -28,6 +28,7 @@ RUN if [ "$WITH_RENDERER" = 1 ]; then \
 RUN if [ "$WITH_RENDERER" = 1 ]; then pip install '.[render]'; else pip install .; fi && rm -rf /src
 
 # The services need no privileges; a fixed uid keeps file ownership predictable on volumes.
-RUN useradd --create-home --uid 10001 --user-group crawler
+RUN useradd --create-home --uid 10001 --user-group crawler \
+    && mkdir -p /var/lib/crawl/warc && chown crawler:crawler /var/lib/crawl/warc
 USER crawler
 WORKDIR /home/crawler
