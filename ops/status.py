@@ -38,6 +38,7 @@ from ops.activity import recent_activity
 from ops.copies import Copies
 from ops.management import HttpGet
 from ops.run_progress import ProgressReader
+from ops.status_politeness import politeness_figures, proxy_health
 from ops.status_view import CLEAR_SCREEN, clip, frame, render
 from shared.amqp import broker
 from shared.amqp.topology import (
@@ -236,10 +237,13 @@ def add_redis_figures(settings: Settings, report: dict[str, Any], run_id: str | 
                 report["run"]["copies"] = Copies.from_counters(report["run"]["counters"]).figures()
                 prefixes += [prefix] if prefix else []
             report["workers"] = running_workers(client, prefixes, pages)
+            report["proxies"] = proxy_health(settings, client)
+            report["politeness"] = politeness_figures(settings, client)
     except ServiceUnavailable:
         if run_id is not None:
             raise
         report["workers"] = None
+        report["proxies"] = report["politeness"] = None
     finally:
         client.close()
 
