@@ -18,7 +18,7 @@ from warcio.exceptions import ArchiveLoadFailed
 
 from worker.warc.files import EXTENSION, OPEN_SUFFIX, whole_length
 
-PAGE_TYPES = ("response", "revisit")  # the records a page row may point at
+PAGE_TYPES = ("response", "revisit", "resource")  # the records a page row may point at
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,10 @@ def _head(filename: str, offset: int, length: int, record: Any) -> RecordHead:
     http = record.http_headers
     mime = "warc/revisit" if record.rec_type == "revisit" else ""
     status = "-"
-    if http is not None and record.rec_type in PAGE_TYPES:
+    if record.rec_type == "resource":
+        mime = (headers.get_header("Content-Type") or "").split(";")[0].strip() or "unk"
+        status = "200"
+    elif http is not None and record.rec_type in PAGE_TYPES:
         status = http.get_statuscode() or "-"
         if not mime:
             mime = (http.get_header("Content-Type") or "").split(";")[0].strip() or "unk"
@@ -135,5 +138,5 @@ def record_at(directory: str, filename: str, offset: int, length: int) -> tuple[
     except ArchiveLoadFailed as exc:
         return None, f"{filename} at {offset}: not a record ({str(exc).strip()})"
     if len(found) != 1 or found[0].kind not in PAGE_TYPES:
-        return None, f"{filename} at {offset}+{length}: not one response or revisit record"
+        return None, f"{filename} at {offset}+{length}: not one response, revisit or resource record"
     return found[0], ""

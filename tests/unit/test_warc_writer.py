@@ -249,3 +249,37 @@ def test_the_body_decoder_undoes_gzip_and_deflate_and_caps_a_bomb() -> None:
     assert BodyDecoder("deflate", "u").decode(raw_deflate.compress(HTML) + raw_deflate.flush(), 10**6) == HTML
     assert BodyDecoder("br", "u").decode(b"\x01\x02", 10) == b"\x01\x02"  # left as it came
     assert len(BodyDecoder("gzip", "u").decode(gzip.compress(b"\0" * 10**7), 1000)) == 1001
+
+
+def test_a_page_rendered_by_a_browser_is_a_resource_record_of_its_dom(tmp_path: Path) -> None:
+    archive = archive_in(tmp_path)
+    at = archive.record(Response("http://site.test/app", 200, "text/html; charset=utf-8", HTML))
+    archive.close()
+    found = {
+        offset: (kind, headers, content)
+        for offset, kind, headers, content in records_of(tmp_path / at.filename)
+    }
+    kind, headers, content = found[at.offset]
+    assert kind == "resource" and content == HTML and headers["WARC-Payload-Digest"] == sha1_digest(HTML)
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+
+
+def test_a_write_error_other_than_a_full_disk_gives_the_message_back_not_to_the_dead(tmp_path: Path) -> None:
+    failing = [False]
+
+    def write(fd: int, data: memoryview) -> int:
+        if failing[0]:
+            raise OSError(5, "Input/output error")
+        return os.write(fd, data)
+
+    series = FileSeries(str(tmp_path), "crawl", "host-1-0", 10**7, [("software", "test")], write=write)
+    archive = Archive(series)
+    at = archive.record(fetched(exchange()))
+    failing[0] = True
+    with pytest.raises(ServiceUnavailable, match="Input/output error"):
+        archive.record(fetched(exchange("http://site.test/b")))
+    failing[0] = False
+    archive.close()
+    path = tmp_path / at.filename
+    with open(path, "rb") as file:
+        assert whole_length(file) == path.stat().st_size

@@ -116,5 +116,9 @@ class Archive(Protocol):
     """worker.warc.archive.Archive: the WARC records of every stored page."""
 
     def record(self, response: Response) -> WarcLocation:
-        """Write the page's records; return where its response or revisit record is."""
+        """Write the page's records; return where its response, revisit or resource record is."""
+        ...
+
+    def close(self) -> None:
+        """Close the file being written; after the last row is stored."""
         ...

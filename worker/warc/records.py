@@ -15,8 +15,6 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from worker.warc.exchange import ArchivedAs, Exchange, sha1_digest
-from worker.warc.exchange import new_record_id as new_record_id
-from worker.warc.exchange import warc_date as warc_date
 
 WARC_VERSION = b"WARC/1.1"
 REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -149,3 +147,21 @@ def revisit(
         fields.append(("Content-Type", HTTP_RESPONSE))
     fields.append(("WARC-Block-Digest", sha1_digest(block)))
     return record_bytes(fields, block)
+
+
+def resource(
+    target_uri: str, record_id: str, date: str, warcinfo_id: str, content_type: str, body: bytes
+) -> bytes:
+    """A page that no HTTP exchange of ours gave as it is (the renderer's DOM after scripts ran)."""
+    digest = sha1_digest(body)
+    fields = [
+        ("WARC-Type", "resource"),
+        ("WARC-Record-ID", record_id),
+        ("WARC-Date", date),
+        ("WARC-Target-URI", target_uri),
+        ("WARC-Warcinfo-ID", warcinfo_id),
+        ("Content-Type", content_type or "application/octet-stream"),
+        ("WARC-Payload-Digest", digest),
+        ("WARC-Block-Digest", digest),
+    ]
+    return record_bytes(fields, body)
