@@ -8,7 +8,7 @@ from there (docs/OPERATING.md, "Inspecting with redis-cli"):
 - the fingerprint, and per run its dedup state: claimed (by which producer, alive or not),
   confirmed (published) or handled (a worker settled it);
 - its cache entry: age, ETag, Last-Modified, time left;
-- its domain: the configured rate, the backoff multiplier, the next free slot, a pause,
+- its domain: the configured rate and the rate now (its slow-down), the next free slot, a pause,
   requests in flight, and the robots.txt verdict for this URL;
 - its page row, dead letter or skip, per run.
 
