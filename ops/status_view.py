@@ -130,9 +130,11 @@ def _worker_lines(workers: list[dict[str, Any]] | None, fitted: bool) -> list[st
         return ["workers running: unknown (Redis did not answer)"]
     if not workers:
         return ["workers running: none"]
+    # What holds a worker up (a full WARC_DIR): shown whatever the room, it is why pages wait.
+    problems = [f"  {w['worker_id']} waits: {w['problem']}" for w in workers if w.get("problem")]
     if fitted:
         listed = ", ".join(f"{w['worker_id']} {w['pages_in_window']}" for w in workers)
-        return [f"workers running: {len(workers)} (pages in the window: {listed})"]
+        return [f"workers running: {len(workers)} (pages in the window: {listed})", *problems]
     return [
         f"workers running: {len(workers)}",
         *(
@@ -140,6 +142,7 @@ def _worker_lines(workers: list[dict[str, Any]] | None, fitted: bool) -> list[st
             f"{w['pages_in_window']} pages in the window"
             for w in workers
         ),
+        *problems,
     ]
 
 

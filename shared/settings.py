@@ -45,6 +45,7 @@ AT_LEAST_ONE = (
     "parse_max_depth",
     "max_concurrent_per_domain",
     "proxy_max_failures",
+    "warc_max_bytes",
     "renderer_processes",
     "render_concurrency",
     "browser_max_pages",
@@ -187,6 +188,10 @@ class Settings:
     proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
     proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
     extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/parse/profiles.py)
+    # WARC records of every page (docs/WARC.md): the folder each worker process writes its files
+    # in; empty = no WARC. A file is closed and the next begun past warc_max_bytes.
+    warc_dir: str = ""
+    warc_max_bytes: int = 1_000_000_000
 
     # Producer.
     routing_file: str = ""  # TOML routing rules; empty = the built-in rules

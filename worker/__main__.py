@@ -9,7 +9,7 @@ import resource
 
 from shared.amqp.topology import work_queue
 from shared.cli import configure_logging, exit_code_of, run_main
-from shared.consumer import Subscription, run_consumers
+from shared.consumer import ConsumerHooks, Subscription, run_consumers
 from shared.metrics import start_metrics_server
 from shared.postgres import db
 from shared.redis.deferred_writes import flush
@@ -17,6 +17,7 @@ from shared.redis.presence import announced
 from shared.settings import Settings
 from worker.pool import run_pool
 from worker.store.writer import ResultStore
+from worker.warc.archive import Archive, check_directory
 from worker.wiring import build_handler, connect_worker_redis
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(settings.log_level, "worker", settings.log_format, settings.worker_id)
         return serve(settings)
     configure_logging(settings.log_level, "worker", settings.log_format, f"{settings.worker_id}-pool")
+    if settings.warc_dir:
+        check_directory(settings.warc_dir)  # once, in one line, rather than from every worker forked
     db.ensure_schema(settings)  # once, before the workers exist
     return run_pool(
         settings.worker_processes,
@@ -108,24 +111,30 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
         ",".join(settings.worker_queues),
     )
     try:
-        with announced(settings):  # status lists the worker while it runs
+        archive = handler.archive if isinstance(handler.archive, Archive) else None
+        # status lists the worker while it runs, and says why its writes wait (a full WARC_DIR)
+        with announced(settings, problem=lambda: archive.problem if archive is not None else None):
             code = run_consumers(
                 settings,
                 "worker",
                 subscriptions,
                 handler,
                 settings.fetch_concurrency,
-                # The Redis writes a page leaves for the thread's next command go out when no
-                # message is waiting for it (shared/redis/deferred_writes.py).
-                when_idle=lambda: flush(client),
-                park=handler.parked,
-                # A worker with nothing else in hand commits its rows at once: no more are
-                # coming to share the transaction (the end of a crawl, a trickle of URLs).
-                when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
+                ConsumerHooks(
+                    park=handler.parked,
+                    # The Redis writes a page leaves for the thread's next command go out when
+                    # no message is waiting for it (shared/redis/deferred_writes.py).
+                    when_idle=lambda: flush(client),
+                    # A worker with nothing else in hand commits its rows at once: no more are
+                    # coming to share the transaction (the end of a crawl, a trickle of URLs).
+                    when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
+                ),
             )
     finally:
         if isinstance(handler.store, ResultStore):
             handler.store.close()
+        if isinstance(handler.archive, Archive):
+            handler.archive.close()  # after the last row: the file being written loses its .open
         if handler.handled is not None:
             handler.handled.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)

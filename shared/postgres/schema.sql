@@ -71,6 +71,11 @@ CREATE INDEX IF NOT EXISTS pages_fetched_at ON pages (fetched_at);
 
 -- On a recrawl (--recrawl-of), whether a page's visible text matches the earlier run's.
 ALTER TABLE pages ADD COLUMN IF NOT EXISTS unchanged boolean;
+-- With WARC_DIR set: where the page's WARC record is (docs/WARC.md), the gzip member of its
+-- response or revisit record in a worker's file.
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS warc_filename text;
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS warc_offset bigint;
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS warc_length bigint;
 -- dead_letters.state: dead | replayed | superseded (a later copy of the URL was stored).
 -- Applied once per version of this file (table schema_applied, shared/postgres/db.py).
 

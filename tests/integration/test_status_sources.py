@@ -53,6 +53,7 @@ def test_without_the_api_every_queue_has_its_own_role(settings: Settings) -> Non
         f"{ns}.ttl": ("work", True),
         f"{ns}.bulk": ("work", True),
         f"{ns}.render": ("work", True),
+        f"{ns}.discovery": ("discovery", True),
         f"{ns}.dead": ("dead", True),
         f"{ns}.parked": ("parked", True),
         f"{ns}.control.runs": ("control", True),
@@ -180,3 +181,11 @@ def test_a_paused_runs_hold_queue_is_shown_with_role_held(
     assert list(roles(listed))[-1] == hold  # after the delay queues
     assert asked["queue_source"] == "amqp"
     assert roles(asked)[hold] == ("held", True)
+
+
+def test_a_worker_s_problem_rides_with_its_presence(settings: Settings) -> None:
+    quick = dataclasses.replace(settings, rabbitmq_management_url=CLOSED_PORT_HTTP, worker_id="w-full")
+    with announced(quick, heartbeat_s=0.1, problem=lambda: "WARC_DIR /w is full"):
+        time.sleep(0.3)
+        (worker,) = gather(quick, None)["workers"]
+    assert worker["problem"] == "WARC_DIR /w is full"

@@ -41,7 +41,7 @@ SHARED = frozenset(
     {"shared", "shared.amqp", "shared.consumer", "shared.redis", "shared.postgres", "shared.http"}
 )
 WORKER_PARTS = frozenset(
-    {"worker.politeness", "worker.fetch", "worker.parse", "worker.store", "worker.handling"}
+    {"worker.politeness", "worker.fetch", "worker.parse", "worker.store", "worker.handling", "worker.warc"}
 )
 SERVICES = frozenset({"producer", "worker", "dlq_consumer", "renderer"})
 # A service built on another's parts: the one it may import.
@@ -63,7 +63,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # The worker's entry points, handler and wiring compose its parts.
     "worker": SHARED | WORKER_PARTS,
     "worker.parse": frozenset({"shared"}),
-    "worker.fetch": frozenset({"shared", "shared.http", "shared.redis", "worker.parse"}),
+    "worker.warc": frozenset({"shared"}),  # the records of what worker.fetch fetched
+    "worker.fetch": frozenset({"shared", "shared.http", "shared.redis", "worker.parse", "worker.warc"}),
     "worker.politeness": frozenset({"shared", "shared.http", "shared.redis", "worker.fetch"}),
     "worker.store": frozenset({"shared", "shared.postgres"}),
     "worker.handling": frozenset(

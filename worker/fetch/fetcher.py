@@ -36,6 +36,7 @@ from shared.errors import PermanentError, TransientError
 from shared.http.deadline import fetch_deadline
 from shared.http.proxies import ProxyFailed, socks_proxy_at_fault, without_credentials
 from shared.settings import Settings
+from worker.fetch.raw_body import exchange_of, read_raw_body
 from worker.fetch.response import Response
 from worker.fetch.verdicts import Judge, Verdict, judge_page
 from worker.parse.budget import ParseBudget, ParseLimitExceeded
@@ -193,6 +194,8 @@ class Fetcher:
         # arrives, so that it holds neither the memory of its whole body nor a parse.
         self._parse_budget = ParseBudget(settings.parse_max_nodes)
         self._check_url = check_url
+        # With WARC on, a page's body is read as it came and decoded here, for its record.
+        self._keep_raw = bool(settings.warc_dir)
         self._session = session_factory()
         self._session.headers["User-Agent"] = settings.user_agent
         # Proxies are chosen per request from PROXIES; a stray HTTP_PROXY in the environment
@@ -217,7 +220,13 @@ class Fetcher:
         # every hop is harmless, since redirect responses do not answer conditionals.
         headers = validators.headers() if validators else {}
         return self.request(
-            url, headers, proxy, judge_page, self._settings.max_body_bytes, budget=self._parse_budget
+            url,
+            headers,
+            proxy,
+            judge_page,
+            self._settings.max_body_bytes,
+            budget=self._parse_budget,
+            keep_raw=self._keep_raw,
         )
 
     def request(
@@ -229,12 +238,16 @@ class Fetcher:
         max_bytes: int,
         truncate: bool = False,
         budget: ParseBudget | None = None,
+        keep_raw: bool = False,
     ) -> Response:
-        """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
+        """GET `url` as `judge` decides; a body is read only with a 2xx judged OK. With
+        `keep_raw`, the Response carries the exchange as it went, for its WARC records."""
         started = time.monotonic()
         deadline = started + self._settings.fetch_deadline_s
         with fetch_deadline(deadline):  # every hop's connect and reads, headers included
-            return self._request(url, headers, proxy, judge, max_bytes, truncate, budget, started, deadline)
+            return self._request(
+                url, headers, proxy, judge, max_bytes, truncate, budget, started, deadline, keep_raw
+            )
 
     def _request(
         self,
@@ -247,12 +260,14 @@ class Fetcher:
         budget: ParseBudget | None,
         started: float,
         deadline: float,
+        keep_raw: bool = False,
     ) -> Response:
         current = url
         visited = {url}
         for _hop in range(self._settings.max_redirects + 1):
             _require_http_url(current)
             self._check_url(current)
+            sent_at = time.time()
             with (
                 _translate_errors(current, via_proxy=proxy is not None),
                 self._get(current, headers, proxy, deadline) as response,
@@ -262,9 +277,14 @@ class Fetcher:
                 verdict = judge(response, bool(headers))
                 location = response.headers.get("Location")
                 if verdict is not Verdict.REDIRECT:
-                    body = b""
+                    body = raw = b""
                     if verdict is Verdict.OK and 200 <= response.status_code < 300:
-                        body = _read_body(response, max_bytes, deadline, url, truncate, budget)
+                        if keep_raw:
+                            body, raw = read_raw_body(
+                                response, max_bytes, lambda: _remaining_s(deadline, url), url, budget
+                            )
+                        else:
+                            body = _read_body(response, max_bytes, deadline, url, truncate, budget)
                     return Response(
                         final_url=current,
                         status=response.status_code,
@@ -272,8 +292,10 @@ class Fetcher:
                         body=body,
                         etag=response.headers.get("ETag"),
                         last_modified=response.headers.get("Last-Modified"),
+                        robots_tag=response.headers.get("X-Robots-Tag"),
                         fetch_ms=round((time.monotonic() - started) * 1000),
                         not_modified=verdict is Verdict.NOT_MODIFIED,
+                        exchange=exchange_of(current, response, raw, sent_at) if keep_raw else None,
                     )
             current = self._next_hop(current, location or "", visited)
         raise PermanentError("redirect_loop", f"{url}: more than {self._settings.max_redirects} redirects")
