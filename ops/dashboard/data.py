@@ -1,0 +1,334 @@
+"""Read models of the runs and of one run, built on what the CLIs already read: ops.status.gather
+(queues, activity, workers, a run's figures and counters), ops.accounting, shared.runstate and
+shared.copies. The few queries added here are bounded: LIMITed, over an indexed time window, or
+both. Nothing here writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import psycopg
+import redis
+
+from ops.dashboard.text import short_error, whole
+from ops.runs import held_count
+from ops.status import KNOWN_PREFIXES, gather, run_prefix
+from shared import db
+from shared.copies import Copies
+from shared.keys import Keys
+from shared.progress import Snapshot, eta_s
+from shared.redis_client import GLANCE, connect_redis
+from shared.redis_errors import translate_redis_errors
+from shared.runstate import CANCELLED, PAUSED, held_queue, read_state, recorded_enqueued
+from shared.settings import Settings
+
+RUNS_LIMIT = 50
+RATE_WINDOW_S = 30  # pages/s is the outcomes committed over this window, as the CLI's Rate
+STALLED_AFTER_S = 300
+# One GROUP BY per table, keyset on the last activity; the run's state and enqueued figure
+# come from Redis afterwards.
+RUNS_PAGE = """
+WITH activity AS (
+    SELECT run_id, count(*) AS pages, 0 AS dead, 0 AS skips, max(fetched_at) AS last_at
+    FROM pages GROUP BY run_id
+    UNION ALL
+    SELECT run_id, 0, count(*) FILTER (WHERE state = 'dead'), 0, max(last_failed_at)
+    FROM dead_letters GROUP BY run_id
+    UNION ALL
+    SELECT run_id, 0, 0, count(*), max(recorded_at) FROM skips GROUP BY run_id
+)
+SELECT run_id, sum(pages)::bigint, sum(dead)::bigint, sum(skips)::bigint, max(last_at)
+FROM activity GROUP BY run_id
+HAVING %(before)s::timestamptz IS NULL OR max(last_at) < %(before)s::timestamptz
+ORDER BY max(last_at) DESC LIMIT %(limit)s
+"""
+RECENT_OUTCOMES = """
+SELECT run_id, count(*) FROM (
+    SELECT run_id FROM pages WHERE fetched_at > now() - make_interval(secs => %(window_s)s)
+    UNION ALL
+    SELECT run_id FROM dead_letters
+    WHERE state = 'dead' AND last_failed_at > now() - make_interval(secs => %(window_s)s)
+    UNION ALL
+    SELECT run_id FROM skips WHERE recorded_at > now() - make_interval(secs => %(window_s)s)
+) recent GROUP BY run_id
+"""
+TIMELINE = """
+SELECT 'stored', date_bin(make_interval(secs => %(step_s)s), fetched_at, now()) AS t, count(*)
+FROM pages WHERE run_id = %(run_id)s AND fetched_at > now() - make_interval(mins => %(minutes)s) GROUP BY t
+UNION ALL
+SELECT 'dead', date_bin(make_interval(secs => %(step_s)s), last_failed_at, now()) AS t, count(*)
+FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead'
+  AND last_failed_at > now() - make_interval(mins => %(minutes)s) GROUP BY t
+UNION ALL
+SELECT 'skipped', date_bin(make_interval(secs => %(step_s)s), recorded_at, now()) AS t, count(*)
+FROM skips WHERE run_id = %(run_id)s AND recorded_at > now() - make_interval(mins => %(minutes)s) GROUP BY t
+"""
+RECENT_DEAD = """
+SELECT last_failed_at, url, reason, http_status, attempts, worker_id, last_error
+FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead' ORDER BY last_failed_at DESC LIMIT %(limit)s
+"""
+RECENT_SKIPS = """
+SELECT recorded_at, url, reason, NULL::int, NULL::int, worker_id, detail
+FROM skips WHERE run_id = %(run_id)s AND reason <> 'robots' ORDER BY recorded_at DESC LIMIT %(limit)s
+"""
+LAST_STORED = "SELECT max(fetched_at) FROM pages WHERE run_id = %s"
+TABLES_EXIST = "SELECT to_regclass('pages') IS NOT NULL AND to_regclass('skips') IS NOT NULL"
+
+
+def iso(moment: object) -> str | None:
+    return moment.astimezone(dt.UTC).isoformat() if isinstance(moment, dt.datetime) else None
+
+
+class RunLookup:
+    """Finds a run's Redis prefix once (`make demo` keeps its runs under `demo`) and reads its
+    state, enqueued count and whether a producer is alive. One client for the whole sample."""
+
+    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+        self.settings = settings
+        self.client = client
+        self._prefixes: dict[str, str | None] = {}
+
+    def prefix(self, run_id: str) -> str | None:
+        if run_id not in self._prefixes:
+            with translate_redis_errors(self.settings.redis_url):
+                self._prefixes[run_id] = run_prefix(self.client, self.settings, run_id)
+        return self._prefixes[run_id]
+
+    def keys(self, run_id: str) -> Keys:
+        return Keys(self.prefix(run_id) or self.settings.redis_prefix)
+
+    def redis_runs(self) -> list[str]:
+        """Runs with counters in Redis under the configured and the well-known prefixes."""
+        found: list[str] = []
+        with translate_redis_errors(self.settings.redis_url):
+            for prefix in dict.fromkeys((self.settings.redis_prefix, *KNOWN_PREFIXES)):
+                head, tail = Keys(prefix).run_stats("\0").split("\0")
+                for key in self.client.scan_iter(Keys(prefix).run_stats_pattern(), count=1000):
+                    run_id = key.decode()[len(head) : -len(tail)]
+                    self._prefixes.setdefault(run_id, prefix)
+                    found.append(run_id)
+        return found
+
+    def state(self, run_id: str) -> str:
+        return read_state(self.client, self.keys(run_id), run_id)
+
+    def enqueued(self, run_id: str) -> int:
+        with translate_redis_errors(self.settings.redis_url):
+            return recorded_enqueued(self.client, self.keys(run_id), run_id)
+
+    def producing(self, run_id: str) -> bool:
+        pattern = self.keys(run_id).producer_heartbeat(run_id, "*")
+        with translate_redis_errors(self.settings.redis_url):
+            return any(True for _ in self.client.scan_iter(pattern, count=1000))
+
+
+def run_state(state: str, producing: bool, left: int, idle_s: float | None, queued: int | None) -> str:
+    """The state shown: paused/cancelled as set; seeding while a producer beats; done when nothing
+    is left; stalled when something is left, nothing was stored for a while and the work queues
+    are empty; otherwise running."""
+    if state in (PAUSED, CANCELLED):
+        return state
+    if producing:
+        return "seeding"
+    if left <= 0:
+        return "done"
+    if idle_s is not None and idle_s > STALLED_AFTER_S and not queued:
+        return "stalled"
+    return "running"
+
+
+def progress(
+    enqueued: int, stored: int, dead: int, skipped: int, recent: int, producing: bool
+) -> dict[str, Any]:
+    rate = recent / RATE_WINDOW_S
+    snapshot = Snapshot(0.0, enqueued, stored, dead, skipped, producing=producing)
+    eta = eta_s(snapshot, rate)
+    return {
+        "pages_per_s": round(rate, 2),
+        "eta_s": None if eta is None else round(eta, 1),
+        "left": max(0, enqueued - snapshot.done),
+        "percent": 100 if enqueued <= 0 else min(100, round(100 * snapshot.done / enqueued)),
+    }
+
+
+def work_queued(queues: list[dict[str, Any]]) -> int | None:
+    figures = [q["ready"] for q in queues if q["role"] == "work" and q["exists"]]
+    return None if any(f is None for f in figures) else sum(figures)
+
+
+def runs_page(settings: Settings, limit: int = RUNS_LIMIT, before: str | None = None) -> list[dict[str, Any]]:
+    """The runs, newest activity first, as GET /api/v1/runs answers."""
+    client = connect_redis(settings, GLANCE)
+    try:
+        lookup = RunLookup(settings, client)
+        with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+            rows, recent = _run_rows(conn, limit, before)
+        known = {r[0] for r in rows}
+        if before is None:  # seeded, nothing settled yet: Redis knows them, PostgreSQL not
+            rows += [(run_id, 0, 0, 0, None) for run_id in lookup.redis_runs() if run_id not in known]
+        now = dt.datetime.now(dt.UTC)
+        return [_run_row(lookup, row, recent.get(row[0], 0), now) for row in rows[:limit]]
+    finally:
+        client.close()
+
+
+def _run_rows(
+    conn: psycopg.Connection[Any], limit: int, before: str | None
+) -> tuple[list[Any], dict[str, int]]:
+    exists = conn.execute(TABLES_EXIST).fetchone()
+    if not (exists and exists[0]):
+        return [], {}
+    rows = list(conn.execute(RUNS_PAGE, {"before": before, "limit": limit}).fetchall())
+    recent = {str(r): int(n) for r, n in conn.execute(RECENT_OUTCOMES, {"window_s": RATE_WINDOW_S})}
+    return rows, recent
+
+
+def _run_row(lookup: RunLookup, row: Any, recent: int, now: dt.datetime) -> dict[str, Any]:
+    run_id, stored, dead, skipped, last_at = str(row[0]), int(row[1]), int(row[2]), int(row[3]), row[4]
+    enqueued = lookup.enqueued(run_id)
+    producing = lookup.producing(run_id)
+    figures = progress(enqueued, stored, dead, skipped, recent, producing)
+    idle_s = (now - last_at).total_seconds() if last_at else None
+    state = run_state(lookup.state(run_id), producing, figures["left"], idle_s, None)
+    return {
+        "run_id": run_id,
+        "state": state,
+        "enqueued": enqueued,
+        "stored": stored,
+        "dead": dead,
+        "skipped": skipped,
+        **figures,
+        "producing": producing,
+        "last_activity": iso(last_at),
+        "redis_prefix": lookup.prefix(run_id),
+    }
+
+
+def run_detail(settings: Settings, run_id: str) -> dict[str, Any]:
+    """gather()'s run, plus state, enqueued, left (by where it waits), held, copies, rate, ETA."""
+    report = gather(settings, run_id)
+    run = report["run"]
+    client = connect_redis(settings, GLANCE)
+    try:
+        lookup = RunLookup(settings, client)
+        enqueued, producing, raw_state = (
+            lookup.enqueued(run_id),
+            lookup.producing(run_id),
+            lookup.state(run_id),
+        )
+    finally:
+        client.close()
+    stored, dead, skipped = run["pages"], sum(run["dead_letters"].values()), sum(run["skips"].values())
+    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+        recent, last_at = _recent_of(conn, run_id)
+    figures = progress(enqueued, stored, dead, skipped, recent, producing)
+    idle_s = (dt.datetime.now(dt.UTC) - last_at).total_seconds() if last_at else None
+    queued = work_queued(report["queues"])
+    held = _held(settings, report["queues"], run_id)
+    state = run_state(raw_state, producing, figures["left"], idle_s, queued)
+    return {
+        **run,
+        "state": state,
+        "enqueued": enqueued,
+        "stored": stored,
+        "dead": dead,
+        "skipped": skipped,
+        **figures,
+        "held": held,
+        "producing": producing,
+        "identity": identity(report["queues"], enqueued, stored, dead, skipped, held),
+        "copies": run.get("copies") or Copies.from_counters({}).figures(),
+        "rate": {"pages_per_s": figures["pages_per_s"], "window_s": RATE_WINDOW_S},
+        "last_stored_at": iso(last_at),
+        "activity": report["activity"],
+        "workers": report["workers"],
+        "queues": report["queues"],
+        "namespace": report["namespace"],
+    }
+
+
+def _recent_of(conn: psycopg.Connection[Any], run_id: str) -> tuple[int, dt.datetime | None]:
+    exists = conn.execute(TABLES_EXIST).fetchone()
+    if not (exists and exists[0]):
+        return 0, None
+    recent = dict(conn.execute(RECENT_OUTCOMES, {"window_s": RATE_WINDOW_S}).fetchall())
+    row = conn.execute(LAST_STORED, (run_id,)).fetchone()
+    return int(recent.get(run_id, 0)), row[0] if row else None
+
+
+def _held(settings: Settings, queues: list[dict[str, Any]], run_id: str) -> int:
+    name = held_queue(settings.crawl_namespace, run_id)
+    for queue in queues:
+        if queue["name"] == name and queue["ready"] is not None:
+            return int(queue["ready"]) + int(queue["unacked"] or 0)
+    if any(q["role"] == "held" for q in queues) or all(q["unacked"] is not None for q in queues):
+        return 0  # the management API lists every queue: no hold queue, nothing held
+    return held_count(settings, run_id)
+
+
+def identity(
+    queues: list[dict[str, Any]], enqueued: int, stored: int, dead: int, skipped: int, held: int
+) -> dict[str, Any]:
+    """enqueued = stored + dead + skipped + left, with left by where it waits now. Queue figures
+    other than the run's hold queue are namespace-wide, shared by every run."""
+    where: dict[str, int] = {}
+    for queue in queues:
+        if queue["role"] in ("work", "retry", "defer", "parked") and queue["exists"]:
+            role = queue["role"]
+            where[f"{role}_ready"] = where.get(f"{role}_ready", 0) + int(queue["ready"] or 0)
+            where[f"{role}_unacked"] = where.get(f"{role}_unacked", 0) + int(queue["unacked"] or 0)
+    left = max(0, enqueued - stored - dead - skipped)
+    return {
+        "enqueued": enqueued,
+        "stored": stored,
+        "dead": dead,
+        "skipped": skipped,
+        "left": left,
+        "holds": enqueued == stored + dead + skipped + left,
+        "accounted": stored + dead + skipped,
+        "ok": left == 0 and enqueued > 0,
+        "held": held,
+        "shared_queues": where,
+    }
+
+
+def timeline(settings: Settings, run_id: str, minutes: int = 15, step_s: int = 10) -> list[dict[str, Any]]:
+    """[{t, stored, dead, skipped}] for every step of the last minutes, oldest first, empty steps
+    included, from commit times (so it survives a restart and agrees between replicas)."""
+    counts: dict[str, dict[str, int]] = {}
+    params = {"run_id": run_id, "minutes": minutes, "step_s": step_s}
+    with db.translate(settings), db.connect(settings, autocommit=True) as conn, conn.transaction():
+        row = conn.execute("SELECT now()").fetchone()  # the same now() as date_bin's origin below
+        now = row[0] if row and isinstance(row[0], dt.datetime) else dt.datetime.now(dt.UTC)
+        for kind, moment, n in conn.execute(TIMELINE, params):
+            counts.setdefault(iso(moment) or "", {})[str(kind)] = whole(n)
+    steps = minutes * 60 // step_s
+    points = []
+    for back in range(steps, -1, -1):
+        t = iso(now - dt.timedelta(seconds=back * step_s)) or ""
+        found = counts.get(t, {})
+        points.append({"t": t, **{k: found.get(k, 0) for k in ("stored", "dead", "skipped")}})
+    return points
+
+
+def recent_errors(settings: Settings, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The latest dead letters and skips (robots skips aside), newest first."""
+    rows: list[Any] = []
+    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+        for query in (RECENT_DEAD, RECENT_SKIPS):
+            rows += conn.execute(query, {"run_id": run_id, "limit": limit}).fetchall()
+    rows.sort(key=lambda r: r[0], reverse=True)
+    return [
+        {
+            "at": iso(at),
+            "kind": "skip" if attempts is None else "dead",
+            "url": url,
+            "reason": reason,
+            "http_status": status,
+            "attempts": attempts,
+            "worker_id": worker,
+            "error": short_error(error),
+        }
+        for at, url, reason, status, attempts, worker, error in rows[:limit]
+    ]
