@@ -63,6 +63,9 @@ def page_context(dash: Dashboard, request: Request) -> dict[str, Any]:
         "can_act": can_act(dash, request),
         "notice": notice(dash, request),
         "operations": [],
+        "meta": dash.views.meta(),
+        "header": {"workers": None, "parked": 0},  # a page that is not live shows no figures here
+        "stream": None,
     }
 
 

@@ -13,7 +13,7 @@ import redis
 
 from ops.dashboard.text import short_error, whole
 from ops.runs import held_count
-from ops.status import KNOWN_PREFIXES, gather, run_prefix
+from ops.status import gather, run_prefix
 from shared import db
 from shared.copies import Copies
 from shared.keys import Keys
@@ -99,10 +99,11 @@ class RunLookup:
         return Keys(self.prefix(run_id) or self.settings.redis_prefix)
 
     def redis_runs(self) -> list[str]:
-        """Runs with counters in Redis under the configured and the well-known prefixes."""
+        """Runs with counters under the configured prefix. Not under the well-known ones: those
+        hold other namespaces' runs too, and a run of this one shows once it has an outcome."""
         found: list[str] = []
         with translate_redis_errors(self.settings.redis_url):
-            for prefix in dict.fromkeys((self.settings.redis_prefix, *KNOWN_PREFIXES)):
+            for prefix in (self.settings.redis_prefix,):
                 head, tail = Keys(prefix).run_stats("\0").split("\0")
                 for key in self.client.scan_iter(Keys(prefix).run_stats_pattern(), count=1000):
                     run_id = key.decode()[len(head) : -len(tail)]
@@ -225,7 +226,7 @@ def run_detail(settings: Settings, run_id: str) -> dict[str, Any]:
     figures = progress(enqueued, stored, dead, skipped, recent, producing)
     idle_s = (dt.datetime.now(dt.UTC) - last_at).total_seconds() if last_at else None
     queued = work_queued(report["queues"])
-    held = _held(settings, report["queues"], run_id)
+    held = _held(settings, report, run_id)
     state = run_state(raw_state, producing, figures["left"], idle_s, queued)
     return {
         **run,
@@ -257,12 +258,12 @@ def _recent_of(conn: psycopg.Connection[Any], run_id: str) -> tuple[int, dt.date
     return int(recent.get(run_id, 0)), row[0] if row else None
 
 
-def _held(settings: Settings, queues: list[dict[str, Any]], run_id: str) -> int:
+def _held(settings: Settings, report: dict[str, Any], run_id: str) -> int:
     name = held_queue(settings.crawl_namespace, run_id)
-    for queue in queues:
+    for queue in report["queues"]:
         if queue["name"] == name and queue["ready"] is not None:
             return int(queue["ready"]) + int(queue["unacked"] or 0)
-    if any(q["role"] == "held" for q in queues) or all(q["unacked"] is not None for q in queues):
+    if report["queue_source"] == "management":
         return 0  # the management API lists every queue: no hold queue, nothing held
     return held_count(settings, run_id)
 

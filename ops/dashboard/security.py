@@ -37,7 +37,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPERATOR, VIEWER = "operator", "viewer"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# Every (method, path) that may change anything. Nothing else gets past the gate.
+# Every path that may change anything, by POST only (no PUT, PATCH or DELETE anywhere).
+# Nothing else gets past the gate.
 ACTION_ROUTES = tuple(
     re.compile(pattern)
     for pattern in (
@@ -196,7 +197,7 @@ class Guard:
         )
         method = scope["method"]
         unsafe = method not in SAFE_METHODS
-        if unsafe and not any(p.fullmatch(route) for p in ACTION_ROUTES):
+        if unsafe and (method != "POST" or not any(p.fullmatch(route) for p in ACTION_ROUTES)):
             await respond(send, 405, {"error": f"{method} is not allowed here"}, [(b"allow", b"GET, HEAD")])
             return
         session: dict[str, Any] = scope.get("session", {})

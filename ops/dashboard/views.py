@@ -36,7 +36,7 @@ def error_page(dash: Dashboard, request: Request, status: int, message: str) -> 
         dash,
         request,
         "error.html",
-        {"status": status, "message": message, "stream": None, "header": {"workers": None, "parked": 0}},
+        {"status": status, "message": message},
         status,
     )
 
@@ -121,7 +121,7 @@ async def dead_letter_page(request: Request) -> Response:
         dash,
         request,
         "dead_letter.html",
-        {"row": row, "stream": None, "header": {"workers": None, "parked": 0}},
+        {"row": row},
     )
 
 
@@ -179,8 +179,6 @@ async def confirm_page(request: Request) -> Response:
             "fields": fields,
             "back": back,
             "refusal": None,
-            "stream": None,
-            "header": {"workers": None, "parked": 0},
         },
     )
 
@@ -196,8 +194,6 @@ async def login_page(request: Request) -> Response:
         {
             "next": safe_next(request.query_params.get("next"), dash),
             "error": None,
-            "stream": None,
-            "header": {"workers": None, "parked": 0},
         },
     )
 
@@ -217,7 +213,7 @@ async def login(request: Request) -> Response:
             dash,
             request,
             "login.html",
-            {"next": target, "error": message, "stream": None, "header": {"workers": None, "parked": 0}},
+            {"next": target, "error": message},
             401,
         )
     dash.throttle.succeeded(client)
