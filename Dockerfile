@@ -1,5 +1,5 @@
 # One image for every service; docker-compose.yml picks the service with its command
-# (python -m producer | worker | dlq_consumer | demo_site); the operator commands (python -m
+# (python -m producer | worker | dlq_consumer | demo_site | ops.dashboard); the operator commands (python -m
 # ops.status, ops.run_report, ...) run in any of them.
 FROM python:3.11-slim-bookworm
 
@@ -18,7 +18,7 @@ COPY dlq_consumer ./dlq_consumer
 COPY demo_site ./demo_site
 COPY ops ./ops
 # A regular (not editable) install: the code runs from site-packages and /src can go.
-RUN pip install . && rm -rf /src
+RUN pip install '.[dashboard]' && rm -rf /src
 
 # The services need no privileges; a fixed uid keeps file ownership predictable on volumes.
 RUN useradd --create-home --uid 10001 --user-group crawler
