@@ -17,6 +17,7 @@ COPY worker ./worker
 COPY dlq_consumer ./dlq_consumer
 COPY demo_site ./demo_site
 COPY ops ./ops
+COPY renderer ./renderer
 # A regular (not editable) install: the code runs from site-packages and /src can go.
 RUN pip install '.[dashboard]' && rm -rf /src
 

@@ -15,7 +15,7 @@ FAULTS_SIZE ?= small
 DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
-.PHONY: all install demo crawl dashboard test test-browser test-latest unit integration e2e faults bench bench-politeness lint typecheck up down \
+.PHONY: all install demo crawl dashboard test test-browser test-latest test-renderer unit integration e2e faults bench bench-politeness lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
@@ -35,10 +35,12 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) -m ops.crawl --demo --workers $(WORKERS)
 
-# Crawl a sitemap (or a site root) with a pool of WORKERS workers and a dead-letter consumer until done.
+# Crawl a sitemap (or a site root) with a pool of WORKERS workers and a dead-letter consumer until done,
+# once the launch checks (python -m ops.check) pass.
 # RUN_ID of an interrupted run finishes it; RECRAWL_OF=<earlier run> fetches only what changed.
 crawl: install
 	@test -n "$(SITEMAP)" || { echo "usage: make crawl SITEMAP=https://example.com/sitemap.xml [WORKERS=N] [RUN_ID=id] [RECRAWL_OF=id]"; exit 2; }
+	$(PY) -m ops.check
 	$(PY) -m ops.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(RECRAWL_OF),--recrawl-of $(RECRAWL_OF))
 
 # The run dashboard and HTTP API on http://127.0.0.1:8080/ (DASHBOARD_PORT): runs, dead letters,
@@ -80,6 +82,12 @@ integration: install
 
 e2e: install
 	$(PY) -m pytest -m e2e
+
+# The renderer's tests, which drive Chromium (CHROMIUM_PATH, /usr/bin/chromium by default; .ci/run
+# installs Debian's): kept out of `make test`, which must pass on a machine without a browser.
+test-renderer: install
+	$(PY) -m tests.prepare
+	$(PY) -m pytest -m renderer tests/renderer
 
 # The fault scenarios, small by default; FAULTS_SIZE=large for the sizes docs/RELIABILITY.md
 # reports. They stop and restart the local RabbitMQ, Redis and PostgreSQL: run them on a

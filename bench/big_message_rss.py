@@ -20,9 +20,10 @@ from pathlib import Path
 
 from ops.crawl import Processes
 from ops.teardown import remove_pipeline
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, new_task_routing_key, work_exchange
+from shared.postgres import db
 from shared.settings import Settings
-from shared.topology import build_topology, new_task_routing_key, work_exchange
 
 SETTLE_S = 120.0
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import redis
 
 from producer.dedup import Dedup
-from shared.keys import Keys
+from shared.redis.keys import Keys
 from shared.urls import fingerprint
 
 BATCH = 2_000
@@ -83,7 +83,7 @@ def cluster_dedup_bytes_per_url(count: int, cluster_url: str) -> float:
     """The same figure on a Redis Cluster: used_memory summed over its primaries."""
     from redis.cluster import RedisCluster
 
-    from shared.redis_client import OPERATOR, connect_redis
+    from shared.redis.client import OPERATOR, connect_redis
     from shared.settings import Settings
 
     prefix = f"bench{secrets.token_hex(4)}"

@@ -36,8 +36,8 @@ from bench.measure import Children
 from bench.perf import _wait_for_port, pipeline_env
 from ops.accounting import Tally
 from ops.teardown import remove_pipeline
-from shared import db
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
 from shared.settings import Settings
 
 URLS_PER_SITEMAP = 50_000

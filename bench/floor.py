@@ -19,10 +19,10 @@ import urllib3
 from scrapy.http import HtmlResponse
 
 from bench.scrapy_run import extract
-from shared.netguard import check_url, guarded_session
+from shared.http.netguard import check_url, guarded_session
 from shared.settings import Settings
-from worker.fetch import Fetcher
-from worker.parse import parse_page
+from worker.fetch.fetcher import Fetcher
+from worker.parse.page import parse_page
 
 CALLS = 2000
 

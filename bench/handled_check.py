@@ -1,5 +1,5 @@
 """python -m bench.handled_check --without DIR [--pages N] [--rounds R]: what the worker's
-handled check (worker/handled.py: one script call before each fetch, one pipelined mark after)
+handled check (worker/handling/handled.py: one script call before each fetch, one pipelined mark after)
 costs per page, against a source tree whose worker has it off.
 
 Make the tree without it from this one, e.g.:
@@ -38,7 +38,7 @@ from bench.measure import Children, redis_cpu_s
 from bench.perf import pipeline_env
 from ops.accounting import Tally, account
 from ops.teardown import remove_pipeline
-from shared.keys import Keys
+from shared.redis.keys import Keys
 from shared.settings import Settings
 
 HOSTS = 20

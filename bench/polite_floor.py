@@ -43,11 +43,12 @@ from psycopg import sql
 from bench.measure import free_port_block
 from bench.site import page
 from bench.wake_cost import pauses_s
-from shared import broker, db
+from shared.amqp import broker
 from shared.errors import ConfigError, ServiceUnavailable
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
 from shared.settings import Settings
-from worker.parse import parse_page
+from worker.parse.page import parse_page
 
 SITE_PAGES = 5  # served in turn: a handful, as the response cache would never hold them
 SLOT_TTL_MS = 2000

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from bench.site import Hit, LoggedSite, most_in_any_window, pages_route
-from shared.redis_client import OPERATOR, connect_redis
+from shared.redis.client import OPERATOR, connect_redis
 from shared.settings import Settings
 
 STOP_TIMEOUT_S = 40.0
@@ -131,8 +131,8 @@ def wait_for_consumers(
     settings: Settings, workers: list[subprocess.Popen[bytes]], consumers: int | None = None
 ) -> None:
     """Until `consumers` (default: one per process of `workers`; a pool has more) consume."""
-    from shared import broker
-    from shared.topology import work_queue
+    from shared.amqp import broker
+    from shared.amqp.topology import work_queue
 
     queue = work_queue(settings.crawl_namespace, "bulk")
     connection = broker.connect(settings, "bench-wait")
@@ -210,8 +210,8 @@ def report(hits: list[Hit], domains: list[str], rate: float, duration_s: float) 
 def cleanup(settings: Settings) -> None:
     """Remove the queues, exchanges, Redis keys and schema made under this run's names."""
     with contextlib.suppress(Exception):
-        from shared import broker
-        from shared.topology import build_topology
+        from shared.amqp import broker
+        from shared.amqp.topology import build_topology
 
         connection = broker.connect(settings, "bench-cleanup")
         channel = connection.channel()

@@ -74,11 +74,12 @@ from bench.real_corpus import CorpusUnavailable, ensure_corpus, page_paths
 from bench.site import Answer, Hit, LoggedSite, Route, most_in_any_window, pages_route
 from ops import management
 from ops.crawl_workers import worker_launches
-from shared import broker, db
-from shared.redis_client import OPERATOR, connect_redis
+from shared.amqp import broker
+from shared.amqp.topology import dead_letter_queue
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
 from shared.settings import Settings
-from shared.topology import dead_letter_queue
-from worker.politeness import RATE_HEADROOM
+from worker.politeness.gate import RATE_HEADROOM
 
 UNBOUND_RPS = 1000.0
 DONE_TIMEOUT_S = 900.0

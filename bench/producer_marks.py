@@ -30,10 +30,10 @@ from pathlib import Path
 import redis
 
 from ops.teardown import remove_pipeline
-from shared import broker
-from shared.keys import Keys
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import build_topology
 
 SAMPLE_EVERY_S = 0.02
 HERE = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ import time
 
 import pika
 
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import CLASSIC_QUEUE_ARGUMENTS
 from shared.settings import Settings
-from shared.topology import CLASSIC_QUEUE_ARGUMENTS
 
 MESSAGES = 100_000
 BODY = b'{"url":"http://127.0.1.1:8531/p/12345.html","run_id":"bench","queue":"bulk"}'.ljust(160)

@@ -11,10 +11,11 @@ from typing import Any
 from dlq_consumer import store
 from dlq_consumer.replay import replay
 from dlq_consumer.service import SERVICE_NAME, consume
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
 from shared.cli import configure_logging, run_main
+from shared.postgres import db
 from shared.settings import Settings
-from shared.topology import build_topology
 
 EXIT_NOTHING_DONE = 1
 TABLE_COLUMNS = ("id", "run_id", "state", "reason", "attempts", "replays", "http_status", "url")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
+from shared.amqp.topology import work_queue
 from shared.errors import DecodeError
 from shared.message_bounds import (
     BODY_BYTES_HEADER,
@@ -37,7 +38,6 @@ from shared.message_bounds import (
     bounded_body,
 )
 from shared.messages import QUEUE_KINDS, CrawlTask, Failure, Progress
-from shared.topology import work_queue
 
 UNDECODABLE = "undecodable"
 UNKNOWN_REASON = "unknown"
@@ -48,7 +48,7 @@ _HEX = frozenset("0123456789abcdef")
 
 
 class ReceivedMessage(Protocol):
-    """The parts of a delivery this module reads (shared.deliveries.Delivery has them)."""
+    """The parts of a delivery this module reads (shared.consumer.deliveries.Delivery has them)."""
 
     @property
     def body(self) -> bytes: ...

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from dlq_consumer import store
 from dlq_consumer.record import DeadLetterRecord
-from shared.broker import Publication
+from shared.amqp.broker import Publication
+from shared.amqp.topology import new_task_routing_key, work_exchange
 from shared.errors import DecodeError
 from shared.messages import CrawlTask, Progress
-from shared.topology import new_task_routing_key, work_exchange
 
 log = logging.getLogger(__name__)
 

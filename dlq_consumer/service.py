@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 from dlq_consumer import store
 from dlq_consumer.record import DeadLetterRecord, bounded_record, record_from_delivery
-from shared import db
+from shared.amqp.topology import dead_letter_queue
 from shared.consumer import Delivery, Outcome, Subscription, run_consumers
 from shared.metrics import DEAD_LETTERS, start_metrics_server
+from shared.postgres import db
 from shared.settings import Settings
-from shared.topology import dead_letter_queue
 
 log = logging.getLogger(__name__)
 

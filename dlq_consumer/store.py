@@ -1,4 +1,4 @@
-"""The dead-letter store: the `dead_letters` table of shared/schema.sql, read and written here only.
+"""The dead-letter store: the `dead_letters` table of shared/postgres/schema.sql, read and written here only.
 
 A row is keyed on (run_id, url), so a message delivered twice rewrites its row, and a replayed URL
 that dies again turns its row back to 'dead' instead of adding a second one.

@@ -9,8 +9,8 @@ from types import TracebackType
 
 import psycopg
 
-from shared import db
 from shared.errors import ServiceUnavailable
+from shared.postgres import db
 from shared.settings import Settings
 
 PAGE_TOTALS = """

@@ -5,7 +5,7 @@ pages (not fetches) from every worker, wherever it runs. "Now" is the database's
 same clock that stamped the rows, so the figures do not depend on the clock of the machine
 asking. Every figure here covers the same window, dead letters included (by the time they were
 last recorded). Which workers are running is not read from here but from their presence keys
-in Redis (shared/presence.py): pages stored say nothing of an idle worker.
+in Redis (shared/redis/presence.py): pages stored say nothing of an idle worker.
 """
 
 from __future__ import annotations

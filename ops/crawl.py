@@ -43,15 +43,16 @@ from ops.crawl_processes import (
 )
 from ops.crawl_report import print_accounting, producer_line, what_stays
 from ops.crawl_workers import DEFAULT_WORKERS, worker_launches
+from ops.run_delete import delete_run
 from ops.run_watch import RunWatch
-from shared import db
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
-from shared.keys import Keys
+from shared.postgres import db
 from shared.progress import EVERY_S, ProgressDisplay, Rate, Snapshot, live_detail, periodic_line
-from shared.redis_client import OPERATOR, connect_redis
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import CANCELLED, PAUSED
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
 
 __all__ = ["CrawlFailed", "Processes", "main", "run_crawl"]  # Processes: tests start services with it
@@ -254,6 +255,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--run-id", default="", help="name of the run; an interrupted run's id finishes that run"
     )
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start --run-id from nothing: delete its rows, Redis keys and hold queue first "
+        "(as `python -m ops.runs delete`; refused while it has URLs queued or held)",
+    )
+    parser.add_argument(
         "--recrawl-of",
         default="",
         metavar="RUN_ID",
@@ -286,7 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--workers: must be at least 1")
     if args.progress_every <= 0:
         raise ConfigError("--progress-every: must be more than 0 seconds")
+    if args.fresh and not args.run_id:
+        raise ConfigError("--fresh: give the --run-id to start again (a new run starts fresh anyway)")
     run_id = args.run_id or new_run_id("demo" if args.demo else "run")
+    if args.fresh:
+        forget_run(settings, run_id)
     log_dir = Path(args.log_dir) / run_id
     with served_demo_site(args.demo, settings, log_dir, env) as site_args:
         return run_crawl(
@@ -319,6 +330,15 @@ def served_demo_site(
             f"requests logged to {log_dir}/site-requests.jsonl"
         )
         yield ["--site", site_root]
+
+
+def forget_run(settings: Settings, run_id: str) -> None:
+    client = connect_redis(settings, OPERATOR)
+    try:
+        deleted = delete_run(settings, client, Keys(settings.redis_prefix), run_id, force=False)
+    finally:
+        client.close()
+    print(f"run {run_id}: starting fresh ({deleted.rows} rows and {deleted.keys} Redis keys deleted)")
 
 
 def forget_cached_responses(settings: Settings) -> None:

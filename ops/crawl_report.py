@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ops.accounting import Accounting
+from ops.copies import Copies
 from ops.run_watch import WATCH_ERRORS, RunWatch
-from shared.copies import Copies
 
 
 def producer_line(summary: dict[str, Any]) -> str:
@@ -39,7 +39,7 @@ def what_stays(watch: RunWatch, run_id: str) -> str:
 
 
 def copies_lines(watch: RunWatch) -> list[str]:
-    """Claims taken over and the copies the broker got (shared/copies.py); none when Redis
+    """Claims taken over and the copies the broker got (ops/copies.py); none when Redis
     does not answer, which the rest of the accounting says already."""
     try:
         return Copies.from_counters(watch.counters()).lines()

@@ -29,9 +29,9 @@ from typing import Any, TextIO
 import psycopg
 from psycopg import sql
 
-from shared import db
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
+from shared.postgres import db
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 prints it, for a run whose services run elsewhere (docker compose, many machines).
 
 The figures the producer recorded (enqueued per queue, each URL once however many producers it
-took; duplicates, invalid; claims taken over) and the copies workers received (shared/copies.py)
+took; duplicates, invalid; claims taken over) and the copies workers received (ops/copies.py)
 come from the run's Redis counters; where each URL ended comes from PostgreSQL (ops/accounting.py). Exit 0
 when every enqueued URL is stored, dead-lettered or skipped, 1 when not (yet).
 """
@@ -18,12 +18,12 @@ from typing import IO
 import psycopg
 
 from ops.accounting import Accounting, Tally, account
+from ops.copies import Copies
 from shared.cli import configure_logging, run_main
-from shared.copies import Copies
 from shared.errors import ConfigError
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
-from shared.redis_errors import translate_redis_errors
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
 from shared.settings import Settings
 
 POLL_S = 2.0

@@ -23,18 +23,18 @@ import redis
 
 from ops.accounting import Tally
 from ops.crawl_processes import CrawlFailed
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
 from shared.errors import ServiceUnavailable, one_line
-from shared.keys import Keys
-from shared.messages import QUEUE_KINDS
+from shared.message_bounds import TASK_KINDS
 from shared.progress import Snapshot
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import read_state, recorded_counters, recorded_enqueued
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import read_state, recorded_counters, recorded_enqueued
 from shared.settings import Settings
-from shared.topology import build_topology
 
 OUTAGE_LIMIT_S = 120.0
-# What a lost Redis or PostgreSQL raises here (PostgreSQL's arrives translated by shared.db).
+# What a lost Redis or PostgreSQL raises here (PostgreSQL's arrives translated by shared.postgres.db).
 WATCH_ERRORS = (ServiceUnavailable, redis.exceptions.RedisError)
 
 
@@ -66,13 +66,13 @@ class RunWatch:
         return recorded_enqueued(self._redis, self._keys, self._run_id)
 
     def counters(self) -> dict[str, int]:
-        """The run's numeric counters (shared/keys.py: the run's stats hash)."""
+        """The run's numeric counters (shared/redis/keys.py: the run's stats hash)."""
         return recorded_counters(self._redis, self._keys, self._run_id)
 
     def enqueued_by_queue(self) -> dict[str, int]:
         stats: dict[bytes, bytes] = self._redis.hgetall(self._keys.run_stats(self._run_id))  # type: ignore[assignment]
         found = {k.decode(): int(v) for k, v in stats.items() if k.startswith(b"enqueued.")}
-        return {kind: found[f"enqueued.{kind}"] for kind in QUEUE_KINDS if f"enqueued.{kind}" in found}
+        return {kind: found[f"enqueued.{kind}"] for kind in TASK_KINDS if f"enqueued.{kind}" in found}
 
     def snapshot(self, producing: bool = False) -> Snapshot:
         stored, dead, skipped = self._tally.outcomes()

@@ -1,5 +1,5 @@
-"""python -m ops.runs list | show RUN | pause RUN | resume RUN | cancel RUN: runs as things an
-operator handles.
+"""python -m ops.runs list | show RUN | pause RUN | resume RUN | cancel RUN | delete RUN: runs as
+things an operator handles.
 
 - `list`: the runs Redis has counters for, with state, enqueued, stored, dead, skipped, left.
 - `show RUN`: one run in detail, its held messages included.
@@ -9,8 +9,10 @@ operator handles.
 - `resume RUN`: clears the state, then moves the held messages back to their work queues.
 - `cancel RUN`: the run's remaining URLs end as skips with reason `cancelled`: the held ones
   here and now, the ones still queued as workers take them. A cancelled run stays cancelled.
+- `delete RUN [--force]`: its rows, Redis keys and hold queue go (ops/run_delete.py); refused
+  while it still has URLs queued or held, unless --force.
 
-The state lives in Redis (shared/runstate.py); workers see a change within a second, and
+The state lives in Redis (shared/redis/runstate.py); workers see a change within a second, and
 `resume` and `cancel` wait that second out before they touch the hold queue, so that a worker
 still seeing `paused` does not refill it behind them.
 """
@@ -30,15 +32,19 @@ import redis
 from pika.adapters.blocking_connection import BlockingChannel
 
 from ops.accounting import account
-from shared import broker, db
+from ops.copies import Copies
+from ops.run_delete import delete_run
+from shared.amqp import broker
+from shared.amqp.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
 from shared.cli import configure_logging, run_main
-from shared.copies import Copies
 from shared.errors import ConfigError, DecodeError
-from shared.keys import Keys
 from shared.messages import CrawlTask
-from shared.redis_client import OPERATOR, connect_redis
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import (
+from shared.postgres import db
+from shared.postgres.skips import UPSERT_SKIP
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import (
     CANCELLED,
     MAX_AGE_S,
     PAUSED,
@@ -51,8 +57,6 @@ from shared.runstate import (
     write_state,
 )
 from shared.settings import Settings
-from shared.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
-from worker.store_rows import UPSERT_SKIP
 
 Held = tuple[int, pika.BasicProperties, bytes]  # delivery tag, properties, body
 # Deals with a batch of held messages and acks them: (channel they came on, a confirm channel, batch).
@@ -74,6 +78,14 @@ def main(argv: Sequence[str] | None = None, out: IO[str] = sys.stdout) -> int:
         if args.command == "list":
             return list_runs(settings, client, keys, out)
         run_id: str = args.run
+        if args.command == "delete":
+            deleted = delete_run(settings, client, keys, run_id, force=args.force)
+            print(
+                f"run {run_id} deleted: {deleted.rows} rows, {deleted.keys} Redis keys, "
+                f"{deleted.held_messages} held messages",
+                file=out,
+            )
+            return 0
         state = read_state(client, keys, run_id)
         if state == RUNNING and not recorded_enqueued(client, keys, run_id):
             raise ConfigError(
@@ -117,6 +129,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ("cancel", "end a run's remaining URLs as skips with reason 'cancelled'"),
     ):
         commands.add_parser(name, help=text).add_argument("run", metavar="RUN", help="the run id")
+    delete = commands.add_parser("delete", help="remove a run's rows, Redis keys and hold queue")
+    delete.add_argument("run", metavar="RUN", help="the run id")
+    delete.add_argument("--force", action="store_true", help="even while it has URLs queued or held")
     return parser.parse_args(argv)
 
 

@@ -2,7 +2,7 @@
 right now, and what it has been doing in the last minute.
 
 Queues are the ones that exist: the management API lists the vhost's queues, and those named
-as this namespace's (work, retry, defer, dead, parked, held: shared.topology.queue_role) are shown,
+as this namespace's (work, retry, defer, dead, parked, held: shared.amqp.topology.queue_role) are shown,
 with ready and unacked counts the broker refreshes every few seconds. The work, dead and parked
 queues are always shown, as missing when absent. Without the management plugin, passive
 declares of the names the settings imply give live ready and consumer counts, no unacked count,
@@ -10,7 +10,7 @@ and only the delay queues these settings would declare.
 
 Run figures and recent activity (ops/activity.py) come from PostgreSQL; a run's counters from
 its Redis hash, under whichever prefix the run used (the configured one, a well-known one, or
-one a scan finds); the running workers from their presence keys (shared/presence.py). Nothing
+one a scan finds); the running workers from their presence keys (shared/redis/presence.py). Nothing
 here writes anything. The text is drawn by ops/status_view.py.
 """
 
@@ -34,20 +34,11 @@ import redis
 from ops import management
 from ops.accounting import account
 from ops.activity import recent_activity
+from ops.copies import Copies
 from ops.management import HttpGet
 from ops.status_view import CLEAR_SCREEN, clip, frame, render
-from shared import broker, db
-from shared.cli import configure_logging, run_main
-from shared.copies import Copies
-from shared.errors import ServiceUnavailable
-from shared.keys import Keys
-from shared.messages import QUEUE_KINDS
-from shared.presence import live_workers
-from shared.redis_client import GLANCE, connect_redis
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import held_queue
-from shared.settings import Settings
-from shared.topology import (
+from shared.amqp import broker
+from shared.amqp.topology import (
     DEAD,
     PARKED,
     build_topology,
@@ -56,6 +47,16 @@ from shared.topology import (
     parked_queue,
     queue_role,
 )
+from shared.cli import configure_logging, run_main
+from shared.errors import ServiceUnavailable
+from shared.messages import QUEUE_KINDS
+from shared.postgres import db
+from shared.redis.client import GLANCE, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.presence import live_workers
+from shared.redis.runstate import held_queue
+from shared.settings import Settings
 
 __all__ = ["CLEAR_SCREEN", "gather", "main", "render"]
 

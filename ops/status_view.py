@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from shared.copies import Copies
+from ops.copies import Copies
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, erase display: redraw in place
 SUMMED_ROLES = ("retry", "defer")  # many queues of one role, one line on a screen
@@ -166,7 +166,7 @@ def _run_lines(run: dict[str, Any], fitted: bool) -> list[str]:
 
 
 def _copies_lines(run: dict[str, Any], width: int) -> list[str]:
-    """Taken-over claims and the copies the broker got (shared/copies.py)."""
+    """Taken-over claims and the copies the broker got (ops/copies.py)."""
     return Copies.from_counters(run.get("counters", {})).lines(width)
 
 

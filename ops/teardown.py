@@ -17,12 +17,12 @@ import redis
 from psycopg import sql
 
 from ops import management
-from shared import broker
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import held_queue
+from shared.amqp import broker
+from shared.amqp.topology import HELD, build_topology, queue_role
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import held_queue
 from shared.settings import Settings
-from shared.topology import HELD, build_topology, queue_role
 
 
 def remove_pipeline(settings: Settings) -> None:

@@ -7,7 +7,7 @@ encoding (about 20 bytes a URL, against about 136 for a set of whole URLs).
 A field is in one of these states:
     o:<owner>        claimed: the producer process <owner> is publishing it
     'c'              confirmed: the broker has it
-    'h'              handled: a worker has settled it (worker/handled.py)
+    'h'              handled: a worker has settled it (worker/handling/handled.py)
     <epoch seconds>  claimed by an older producer, whose lease ran until then
 
 A URL is marked seen ('c') only once its publish is confirmed, and un-marked if the publish
@@ -34,8 +34,8 @@ import redis
 import redis.exceptions
 from redis.cluster import RedisCluster
 
-from shared.keys import Keys
-from shared.redis_cluster import by_slot
+from shared.redis.cluster import by_slot
+from shared.redis.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class Dedup:
     """Claim, confirm and release fingerprints of one run, as one producer process (`owner`).
 
     On a Redis Cluster the buckets of one batch live in many slots, and a script may touch one
-    slot only: each call is split by bucket group (shared/keys.py puts the run and the first
+    slot only: each call is split by bucket group (shared/redis/keys.py puts the run and the first
     byte of the bucket in the hash tag), the run's counters are added by a command of their own
     after the marks, and the heartbeat is kept once per bucket group, where the claim script of
     that group reads it. What that costs: a producer killed between the marks and the counters

@@ -3,13 +3,13 @@
 The sitemap reader sees only `Fetch` (URL in, bytes out), so its tests pass a dictionary
 lookup instead of a network. Every requests and urllib3 error becomes FetchFailed here.
 
-Sitemap hosts are strangers too: connections go through the address guard (shared/netguard.py),
+Sitemap hosts are strangers too: connections go through the address guard (shared/http/netguard.py),
 so a sitemap or robots.txt on a blocked address (or a redirect to one) fails with reason
 `blocked_address`. Bodies are capped on DECOMPRESSED bytes: we ask for identity, but a server
 that sends Content-Encoding anyway is decoded here, in bounded pieces, against the cap.
 
 With PROXIES set, every sitemap and robots.txt request goes through the workers' proxy pool
-(worker/proxies.py): the same proxies, the same rotation, the same bench in Redis. A proxy that
+(shared/http/proxies.py): the same proxies, the same rotation, the same bench in Redis. A proxy that
 fails is counted against it and the request goes once through another; when no proxy is usable
 the file fails (`sitemaps_failed` in the summary) and a re-run with the same run id reads it.
 """
@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterator
 import requests
 import urllib3.exceptions
 
-from shared.deadline import fetch_deadline
 from shared.errors import PipelineError, TaskError
-from shared.netguard import guarded_session
+from shared.http.deadline import fetch_deadline
+from shared.http.netguard import guarded_session
+from shared.http.proxies import Proxy, ProxyFailed, ProxyPool, without_credentials
 from shared.settings import Settings
-from worker.proxies import Proxy, ProxyFailed, ProxyPool, without_credentials
-from worker.try_later import TryLater
+from shared.try_later import TryLater
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class HttpFetcher:
         via = {"http": proxy.url, "https": proxy.url} if proxy is not None else None
         try:
             # The deadline bounds every connect and socket read of the guarded session, the
-            # headers' included, on every redirect hop (shared/deadline.py).
+            # headers' included, on every redirect hop (shared/http/deadline.py).
             with (
                 fetch_deadline(started + self._deadline_s),
                 self._session.get(url, timeout=self._timeout, stream=True, proxies=via) as response,

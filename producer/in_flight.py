@@ -24,7 +24,7 @@ from producer.background import Background
 from producer.patience import PUBLISH_ATTEMPTS, Patience
 from producer.pipeline_types import Counts, DedupStore, Outcomes, Publisher
 from shared import metrics
-from shared.broker import Publication
+from shared.amqp.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.messages import QUEUE_KINDS
 
@@ -141,9 +141,10 @@ class BatchesInFlight:
 
     def _settle(self, item: PublishedBatch, failed: set[int]) -> None:
         confirmed = [i for i in range(len(item.queues)) if i not in failed]
+        # A render kind appears in the figures only once a routing rule sends a URL there.
         added = dict.fromkeys(QUEUE_KINDS, 0)
         for i in confirmed:
-            added[item.queues[i]] += 1
+            added[item.queues[i]] = added.get(item.queues[i], 0) + 1
         republished = sum(1 for i in confirmed if item.taken[i])
         counters = {f"enqueued.{kind}": n for kind, n in added.items()}
         # taken_over is counted in Redis by the claim itself (producer/dedup.py).
@@ -173,7 +174,7 @@ class BatchesInFlight:
                 self._run_id,
             )
         for kind, n in added.items():
-            self._counts.enqueued[kind] += n
+            self._counts.enqueued[kind] = self._counts.enqueued.get(kind, 0) + n
             if n:
                 metrics.URLS_ENQUEUED.labels(kind).inc(n)
         self._counts.duplicates += item.duplicates

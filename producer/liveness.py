@@ -5,7 +5,7 @@ so a process killed with SIGKILL is known dead that long after, and a re-run sta
 waits at most that long for the claims it left. A beat that fails (any Redis error) is tried again
 at the next one: while Redis is away no one can claim anything anyway. If Redis stays away past
 the TTL, another producer may take over claims this one still means to publish; the URL is then
-published twice, which the worker's handled mark absorbs (worker/handled.py).
+published twice, which the worker's handled mark absorbs (worker/handling/handled.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shared.broker import Publication
+from shared.amqp.broker import Publication
 from shared.messages import QUEUE_KINDS
 
 

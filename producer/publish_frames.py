@@ -15,7 +15,7 @@ import struct
 
 from pika import frame, spec
 
-from shared.broker import Publication
+from shared.amqp.broker import Publication
 
 # A body frame: type, channel, payload size, the payload, the frame-end octet; packed here as
 # pika's Frame._marshal packs it, without its per-frame objects.

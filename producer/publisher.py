@@ -28,8 +28,8 @@ import pika.exceptions
 import pika.spec
 
 from producer.publish_frames import PublishFrames
-from shared.broker import NodeOrder, Publication, connection_parameters, unavailable
-from shared.pika_compat import BatchWritingConnection
+from shared.amqp.broker import NodeOrder, Publication, connection_parameters, unavailable
+from shared.amqp.pika_compat import BatchWritingConnection
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class ConfirmingPublisher:
         self._settings = settings
         self._name = name
         self._confirm_timeout_s = confirm_timeout_s
-        # False: pika's public publishing only (shared/pika_compat.py); the same messages, slower.
+        # False: pika's public publishing only (shared/amqp/pika_compat.py); the same messages, slower.
         self._private_api = private_api
         self._node_order = node_order
         self._link: _Link | None = None
@@ -124,7 +124,7 @@ class ConfirmingPublisher:
     @property
     def sends_own_frames(self) -> bool:
         """Whether the open connection publishes with frames of our own, joined in one write a
-        batch (pika's private hook, shared/pika_compat.py), rather than with basic_publish."""
+        batch (pika's private hook, shared/amqp/pika_compat.py), rather than with basic_publish."""
         return self._link is not None and self._link.sends_own_frames
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 
 CHANGEFREQ_S = {

@@ -2,6 +2,8 @@
 
 Rules live in a TOML file (see default_routing.toml, the built-in rules, for the format). The
 first rule whose conditions all hold wins; a URL no rule matches goes to the bulk queue.
+A rule with `render = "always"` sends the URLs it matches to the render queue instead, where
+the renderers (python -m renderer) load them in a browser; its `queue` may then be left out.
 A mistake in the file is a ConfigError naming the file, the rule number and the field.
 """
 
@@ -14,9 +16,10 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
+from shared.amqp.topology import MAX_MESSAGE_PRIORITY
 from shared.errors import ConfigError
+from shared.message_bounds import RENDER_KIND
 from shared.messages import QUEUE_KINDS
-from shared.topology import MAX_MESSAGE_PRIORITY
 
 DEFAULT_RULES_FILE = "default_routing.toml"
 FALLBACK_QUEUE = "bulk"
@@ -24,8 +27,9 @@ FALLBACK_QUEUE = "bulk"
 # it, a lastmod is more likely a trick to jump the queue than news.
 CLOCK_SKEW_S = 3600.0
 RULE_FIELDS = frozenset(
-    {"queue", "url_pattern", "min_sitemap_priority", "lastmod_within_h", "message_priority"}
+    {"queue", "url_pattern", "min_sitemap_priority", "lastmod_within_h", "message_priority", "render"}
 )
+RENDER_ALWAYS = "always"  # `render = "always"`: the URL goes to the renderers' queue
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Rule:
     min_sitemap_priority: float | None = None
     lastmod_within_h: float | None = None
     message_priority: int = 0
+    render: bool = False  # to the render queue (python -m renderer), not a worker's
 
     def matches(
         self, url: str, sitemap_priority: float | None, lastmod_at: datetime | None, now: float
@@ -69,6 +74,8 @@ class Router:
         lastmod_at = parse_lastmod(lastmod) if lastmod else None
         for rule in self.rules:
             if rule.matches(url, sitemap_priority, lastmod_at, now):
+                if rule.render:
+                    return Route(RENDER_KIND)
                 return Route(rule.queue, rule.message_priority)
         return Route(FALLBACK_QUEUE)
 
@@ -123,7 +130,10 @@ def _rule(table: dict[str, Any], where: str) -> Rule:
     unknown = sorted(set(table) - RULE_FIELDS)
     if unknown:
         raise ConfigError(f"{where}: unknown field {unknown[0]!r}")
-    queue = table.get("queue")
+    render = table.get("render")
+    if render is not None and render != RENDER_ALWAYS:
+        raise ConfigError(f"{where}: field 'render': expected {RENDER_ALWAYS!r}, got {render!r}")
+    queue = table.get("queue", FALLBACK_QUEUE if render else None)
     if queue not in QUEUE_KINDS:
         raise ConfigError(f"{where}: field 'queue': expected one of {', '.join(QUEUE_KINDS)}, got {queue!r}")
     pattern = table.get("url_pattern")
@@ -152,7 +162,7 @@ def _rule(table: dict[str, Any], where: str) -> Rule:
             f"{where}: field 'message_priority': only the priority queue "
             f"orders by it, this rule sends to {queue!r}"
         )
-    return Rule(queue, compiled, min_priority, within_h, message_priority)
+    return Rule(queue, compiled, min_priority, within_h, message_priority, render is not None)
 
 
 def _number(table: dict[str, Any], key: str, where: str, low: float, high: float | None) -> float | None:

@@ -18,9 +18,9 @@ import json
 import time
 from typing import Any
 
-from shared.keys import Keys
-from shared.redis_client import PRODUCER, connect_redis
-from shared.redis_errors import translate_redis_errors
+from shared.redis.client import PRODUCER, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
 from shared.settings import Settings
 
 

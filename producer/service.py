@@ -25,17 +25,17 @@ from producer.routing import load_router
 from producer.sitemaps import SitemapReader
 from producer.sources import all_entries, check_url_files
 from producer.spread import spread_hosts
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
 from shared.errors import ConfigError
-from shared.keys import Keys
+from shared.http.proxies import ProxyPool
 from shared.message_bounds import RUN_ID_PATTERN
-from shared.redis_client import PRODUCER, connect_redis
-from shared.redis_errors import translate_redis_errors
+from shared.redis.client import PRODUCER, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.signals import stop_signals_call
-from shared.topology import build_topology
 from shared.urls import InvalidURL, canonicalize
-from worker.proxies import ProxyPool
 
 log = logging.getLogger(__name__)
 

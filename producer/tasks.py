@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from producer.routing import Router
 from producer.sitemaps import SitemapEntry
-from shared.broker import Publication
-from shared.messages import QUEUE_KINDS, TaskBodies
-from shared.topology import new_task_routing_key, work_exchange
+from shared.amqp.broker import Publication
+from shared.amqp.topology import new_task_routing_key, work_exchange
+from shared.message_bounds import TASK_KINDS
+from shared.messages import TaskBodies
 
 
 @dataclass(slots=True)  # not frozen: made for every URL, and frozen dataclasses build slowly
@@ -32,7 +33,7 @@ class TaskMessages:
         self._router = router
         # The same for every task: made once, not per URL.
         self._exchange = work_exchange(namespace)
-        self._routing_keys = {kind: new_task_routing_key(kind) for kind in QUEUE_KINDS}
+        self._routing_keys = {kind: new_task_routing_key(kind) for kind in TASK_KINDS}
 
     def for_batch(
         self, batch: list[Candidate], bodies: TaskBodies, now: float

@@ -21,7 +21,7 @@ Raised and caught inside one part of the pipeline, never charged to a URL on the
     ├── PublishFailed       the broker nacked or could not route a message
     └── CrawlFailed         `crawl`: the run cannot finish (one line, exit 1)
 
-TaskError's subclasses Throttled (worker/verdicts.py), ProxyFailed (worker/proxies.py) and
+TaskError's subclasses Throttled (worker/fetch/verdicts.py), ProxyFailed (shared/http/proxies.py) and
 InvalidURL (shared/urls.py) live beside the code that raises them. The one class outside this
 tree is crawl_processes.Terminated, a KeyboardInterrupt on purpose: SIGTERM must unwind a crawl
 as Ctrl-C does, past every `except Exception`.
@@ -97,7 +97,7 @@ class UnstorableRow(PermanentError):
 
 class BlockedAddress(PermanentError):
     """The host is, or resolves to, an address the fetch guard refuses (loopback, private,
-    link-local, ...): see shared/netguard.py. Raised before any connection is made to it."""
+    link-local, ...): see shared/http/netguard.py. Raised before any connection is made to it."""
 
     def __init__(self, detail: str) -> None:
         super().__init__("blocked_address", detail)

@@ -1,7 +1,7 @@
 """What the modules that use a library's private parts ask before they do: is the installed
 version one those parts were checked on? And, when they are not used, one warning saying so.
 
-The modules: worker/bs4_fastpath.py, shared/pika_compat.py, shared/urllib3_compat.py
+The modules: worker/parse/bs4_fastpath.py, shared/amqp/pika_compat.py, shared/http/urllib3_compat.py
 (docs/UPGRADING.md lists each private use, its check and its fallback).
 """
 

@@ -20,6 +20,10 @@ from shared.errors import InvalidMessage
 from shared.urls import MAX_URL_CHARS
 
 QUEUE_KINDS = ("priority", "ttl", "bulk")
+# The renderers' queue (python -m renderer): a task routed there keeps "render" as its kind, so
+# its retries and deferrals come back to the render queue, not to a worker's.
+RENDER_KIND = "render"
+TASK_KINDS = (*QUEUE_KINDS, RENDER_KIND)
 BODY_BYTES_HEADER = "crawl-body-bytes"  # size of a dead letter's body before it was cut
 BODY_SHA256_HEADER = "crawl-body-sha256"  # and its hash
 
@@ -58,7 +62,7 @@ def _addressing_fields(data: dict[str, Any]) -> tuple[str, str, str, int]:
         raise InvalidMessage(
             f"field 'run_id': expected up to 64 letters, digits, '.', '-' or '_', got {shape(run_id)}"
         )
-    if type(queue) is not str or queue not in QUEUE_KINDS:
+    if type(queue) is not str or queue not in TASK_KINDS:
         raise InvalidMessage(f"field 'queue': unknown queue {shape(queue)}")
     priority = data.get("priority", 0)
     if type(priority) is not int or not 0 <= priority <= MAX_MESSAGE_PRIORITY:

@@ -14,12 +14,13 @@ Where each metric is counted (label values in brackets):
                                    (not robots.txt): observe(seconds), also for failed fetches
       HTTP_RESPONSES[code]         every HTTP answer to a page fetch, by status code ("200",
                                    "304", "404", "503", ...); a fetch with no answer counts nothing
-      RETRIES[reason]              when a transient failure is sent to a retry queue (worker/forwards.py)
+      RETRIES[reason]              when a transient failure is sent to a retry queue
+                                   (worker/handling/forwards.py)
       CACHE_HITS                   a page answered from a fresh cache entry, without a request
       NOT_MODIFIED                 a 304 that revalidated a cached entry
       RATE_LIMIT_WAITS             each request the domain gate held back in-process (its rate,
       RATE_LIMIT_WAIT_SECONDS        concurrency cap or pause): inc() once per request that slept,
-                                   and add the seconds it slept (worker/gate_waits.py)
+                                   and add the seconds it slept (worker/politeness/gate_waits.py)
       DEFERRALS[reason]            a URL sent to a defer queue because it could not be served
                                    soon enough (TryLater: rate, paused, busy, spacing,
                                    robots_pending, proxies_benched); no attempt charged
@@ -28,7 +29,7 @@ Where each metric is counted (label values in brackets):
       PRODUCER_COPIES_RECEIVED     a producer's message at its first delivery (no headers, not
                                    redelivered): each message the broker got from a producer, once
       DUPLICATE_DELIVERIES[kind]   a delivery of a URL already settled, acked unfetched
-                                   (worker/handled.py): second_copy (another message the producer
+                                   (worker/handling/handled.py): second_copy (another message the producer
                                    published), redelivered (the same message again), forwarded
                                    (a retry or deferral copy)
 
@@ -94,6 +95,18 @@ PRODUCER_COPIES_RECEIVED = Counter(
 )
 DUPLICATE_DELIVERIES = Counter(
     "crawl_duplicate_deliveries", "Deliveries of a URL already settled, acked unfetched.", ["kind"]
+)
+
+# Renderer (and the worker's routing of script shells to it).
+RENDERS = Counter("crawl_renders", "Pages rendered in a browser, by outcome.", ["outcome"])
+RENDER_REQUESTS_REFUSED = Counter(
+    "crawl_render_requests_refused", "Requests of a rendered page refused by the guards.", ["reason"]
+)
+SENT_TO_RENDER = Counter(
+    "crawl_sent_to_render", "URLs sent to the render queue instead of being stored.", ["reason"]
+)
+BROWSER_RSS_BYTES = Gauge(
+    "crawl_browser_rss_bytes", "Memory (PSS) of a renderer's browser, all its processes."
 )
 
 # Every consumer.

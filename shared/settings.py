@@ -20,12 +20,13 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError, one_line
-from shared.redis_cluster import cluster_nodes, is_cluster_url
+from shared.redis.cluster import cluster_nodes, is_cluster_url
+from shared.settings_file import FILE_VARIABLE, blamed_on_file, read_settings_file
 
 # The schemes each service URL may have; anything else is a mistake to report before connecting.
 URL_SCHEMES = {
     "amqp_url": ("amqp", "amqps"),
-    "redis_url": ("redis", "rediss", "unix"),  # or redis+cluster:// (shared/redis_cluster.py)
+    "redis_url": ("redis", "rediss", "unix"),  # or redis+cluster:// (shared/redis/cluster.py)
     "database_url": ("postgresql", "postgres"),
     "rabbitmq_management_url": ("http", "https"),
 }
@@ -43,6 +44,11 @@ AT_LEAST_ONE = (
     "parse_max_depth",
     "max_concurrent_per_domain",
     "proxy_max_failures",
+    "renderer_processes",
+    "render_concurrency",
+    "browser_max_pages",
+    "browser_max_rss_mb",
+    "render_page_heap_mb",
 )
 POSITIVE = (
     "ttl_queue_expiry_s",
@@ -55,6 +61,7 @@ POSITIVE = (
     "proxy_bench_s",
     "max_domain_pause_s",
     "parse_deadline_s",
+    "render_deadline_s",
 )
 NOT_NEGATIVE = (
     "heartbeat_s",
@@ -77,6 +84,7 @@ CHOICES = {
     "proxy_rotation": ("round_robin", "random"),
     "log_format": ("text", "json"),
     "database_pooler": ("none", "transaction"),
+    "render": ("off", "auto"),
 }
 # Names that become parts of queue names, Redis keys and a PostgreSQL schema name.
 NAME_SETTINGS = ("crawl_namespace", "redis_prefix", "pg_schema")
@@ -143,6 +151,16 @@ class Settings:
     cache_enabled: bool = True
     cache_ttl_s: float = 86400.0
     cache_max_body_bytes: int = 1_000_000
+    # Pages built by scripts (docs/RENDERING.md). RENDER=auto: a page the worker fetched that
+    # looks like a script shell goes to the render queue instead of being stored.
+    render: str = "off"  # off | auto
+    chromium_path: str = "/usr/bin/chromium"
+    renderer_processes: int = 1  # `python -m renderer` forks this many renderers, one browser each
+    render_concurrency: int = 4  # pages in flight per renderer, each in a context of its own
+    render_deadline_s: float = 20.0  # one page's whole render; the wait for network idle included
+    browser_max_pages: int = 100  # pages one context renders before it is replaced
+    browser_max_rss_mb: int = 1024  # a browser past this (all its processes) is restarted
+    render_page_heap_mb: int = 256  # V8's heap cap for a page: past it the page crashes
     # Politeness (docs/POLITENESS.md).
     politeness_file: str = ""  # TOML per-domain overrides; empty = the defaults for every domain
     max_concurrent_per_domain: int = 8  # requests in flight per domain, shared by every worker
@@ -153,10 +171,11 @@ class Settings:
     # Comma-separated proxy URLs, perhaps with credentials: kept out of repr() so that logging
     # the settings cannot leak them. Empty = connect directly.
     proxies: str = field(default="", repr=False)
+    proxy_file: str = ""  # one proxy URL a line, beside PROXIES (shared/http/proxies.py)
     proxy_rotation: str = "round_robin"  # round_robin | random
     proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
     proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
-    extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/profiles.py)
+    extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/parse/profiles.py)
 
     # Producer.
     routing_file: str = ""  # TOML routing rules; empty = the built-in rules
@@ -177,21 +196,34 @@ class Settings:
     # once, for at most this long: a scrape every 15 s, found by a DNS refresh every 15 s, needs
     # up to 30 s to see a new producer at all. 0 = exit at once.
     metrics_linger_s: float = 60.0
+    # A TOML file of these settings under their variables' names; the environment wins over it.
+    crawl_settings_file: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Build settings from `environ` (default: os.environ); raise ConfigError naming the variable."""
         env = os.environ if environ is None else environ
         hints = get_type_hints(cls)
+        names = {f.name.upper() for f in dataclasses.fields(cls)}
+        # CRAWL_SETTINGS_FILE (shared/settings_file.py): the environment wins over the file.
+        path = env.get(FILE_VARIABLE, "")
+        in_file = read_settings_file(path, names) if path else {}
         values: dict[str, Any] = {}
+        from_file: set[str] = set()
         for f in dataclasses.fields(cls):
             name = f.name.upper()
             raw = env.get(name)
+            if (raw is None or raw == "") and in_file.get(name, "") != "":
+                raw = in_file[name]
+                from_file.add(name)
             if raw is None or raw == "":
                 continue
-            values[f.name] = _parse(name, raw, hints[f.name])
+            values[f.name] = _parse(f"{path}: {name}" if name in from_file else name, raw, hints[f.name])
         settings = cls(**values)
-        settings.validate()
+        try:
+            settings.validate()
+        except ConfigError as exc:
+            raise blamed_on_file(exc, path, from_file) from None
         return settings
 
     def validate(self) -> None:
@@ -205,7 +237,7 @@ class Settings:
             raise ConfigError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}")
         if self.fetch_allowlist.strip():
             # Imported here: the guard pulls in requests, which settings alone do not need.
-            from shared.addresses import parse_allowlist
+            from shared.http.addresses import parse_allowlist
 
             parse_allowlist(self.fetch_allowlist)  # raises ConfigError naming a bad entry
         _check_service_urls(self)

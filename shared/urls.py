@@ -6,7 +6,7 @@ with InvalidURL, before it costs a queue slot. On arbitrary text nothing but Inv
 
 A host that spells an IPv4 address in one of the old forms resolvers still accept (`2130706433`,
 `0x7f000001`, `0177.0.0.1`, `127.1`) is rewritten to the dotted quad it means, so that one
-address has one spelling for dedup and for the address guard (shared/netguard.py).
+address has one spelling for dedup and for the address guard (shared/http/netguard.py).
 """
 
 from __future__ import annotations

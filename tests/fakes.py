@@ -14,7 +14,7 @@ import psycopg
 
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
-from worker.domain_limiter import Reservation
+from worker.politeness.domain_limiter import Reservation
 
 
 class FakeTime:
@@ -42,7 +42,7 @@ class FakeTime:
 
 
 class FakeLimiter:
-    """The shared rate limiter (worker.ratelimit.RateLimiter), answering from lists given in
+    """The shared rate limiter (worker.politeness.ratelimit.RateLimiter), answering from lists given in
     advance and recording what it was asked.
 
     Each reservation gets the next of `answers` (the last repeats; a go at once if none given).
@@ -129,7 +129,7 @@ class FakeLimiter:
 
 
 class FakeRunStates:
-    """The state of each run (shared.runstate): `running` unless given, e.g.
+    """The state of each run (shared.redis.runstate): `running` unless given, e.g.
     FakeRunStates(r1="paused"). Records the runs asked about."""
 
     def __init__(self, **states: str) -> None:

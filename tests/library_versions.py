@@ -3,9 +3,10 @@ whether each fast path built on a library's private parts is on (docs/UPGRADING.
 
 from __future__ import annotations
 
-from shared import pika_compat, urllib3_compat
+from shared.amqp import pika_compat
+from shared.http import urllib3_compat
 from shared.library_checks import version_of
-from worker import bs4_fastpath
+from worker.parse import bs4_fastpath
 
 LIBRARIES = ("beautifulsoup4", "lxml", "pika", "urllib3", "requests", "redis", "psycopg", "tenacity")
 

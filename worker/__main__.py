@@ -7,16 +7,16 @@ import dataclasses
 import logging
 import resource
 
-from shared import db
+from shared.amqp.topology import work_queue
 from shared.cli import configure_logging, exit_code_of, run_main
 from shared.consumer import Subscription, run_consumers
 from shared.metrics import start_metrics_server
-from shared.presence import announced
+from shared.postgres import db
+from shared.redis.deferred_writes import flush
+from shared.redis.presence import announced
 from shared.settings import Settings
-from shared.topology import work_queue
-from worker.deferred_writes import flush
 from worker.pool import run_pool
-from worker.store import ResultStore
+from worker.store.writer import ResultStore
 from worker.wiring import build_handler, connect_worker_redis
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 handler,
                 settings.fetch_concurrency,
                 # The Redis writes a page leaves for the thread's next command go out when no
-                # message is waiting for it (worker/deferred_writes.py).
+                # message is waiting for it (shared/redis/deferred_writes.py).
                 when_idle=lambda: flush(client),
                 park=handler.parked,
                 # A worker with nothing else in hand commits its rows at once: no more are

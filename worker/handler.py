@@ -11,10 +11,10 @@ from the retries; either way without being charged an attempt: never dropped, ne
 unprocessed.
 
 Here is the handling's course and the fetch; its parts live apart: the shapes of what the
-handler is handed (worker/ports.py), the holds of URLs waiting here for their domains' slots
-(worker/waits.py), the checks of a URL already settled (worker/settled.py), its rows
-(worker/rows.py) and the copies it forwards to a retry, defer or hold queue or the dead-letter
-exchange (worker/forwards.py).
+handler is handed (worker/handling/ports.py), the holds of URLs waiting here for their domains' slots
+(worker/handling/waits.py), the checks of a URL already settled (worker/handling/settled.py), its rows
+(worker/handling/storing.py) and the copies it forwards to a retry, defer or hold queue or the dead-letter
+exchange (worker/handling/forwards.py).
 """
 
 from __future__ import annotations
@@ -28,24 +28,26 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from shared import metrics
+from shared.amqp.topology import Topology
 from shared.consumer import Delivery, Outcome
 from shared.errors import BlockedAddress, DecodeError, PermanentError, ServiceUnavailable, TransientError
+from shared.message_bounds import RENDER_KIND
 from shared.messages import CrawlTask, Progress
-from shared.runstate import CANCELLED, PAUSED
+from shared.redis.runstate import CANCELLED, PAUSED
 from shared.settings import Settings
-from shared.topology import Topology
+from shared.try_later import TryLater
 from shared.urls import domain_of
-from worker.forwards import dead_letter, defer, hold_paused, retry
-from worker.handling_log import log
-from worker.parse import decode_html, parse_budget, parse_page
-from worker.ports import Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
-from worker.profiles import Profiles
-from worker.response import Response
-from worker.robots import RobotsAnswer, RobotsRules
-from worker.rows import StoresRows, page_row, profile_fields
-from worker.settled import SettledMeanwhile, already_handled, checks_ride_with_the_send, read_ahead
-from worker.try_later import TryLater
-from worker.waits import WAIT_REASONS, HoldsForSlots, Parked, Waiting, back_with_its_slot
+from worker.fetch.response import Response
+from worker.handling.forwards import dead_letter, defer, hold_paused, retry, to_render
+from worker.handling.log import log
+from worker.handling.ports import Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
+from worker.handling.settled import SettledMeanwhile, already_handled, checks_ride_with_the_send, read_ahead
+from worker.handling.storing import StoresRows, page_row, profile_fields
+from worker.handling.waits import WAIT_REASONS, HoldsForSlots, Parked, Waiting, back_with_its_slot
+from worker.parse.page import decode_html, parse_budget, parse_page
+from worker.parse.profiles import Profiles
+from worker.parse.script_shell import SCRIPT_SHELL, looks_like_script_shell
+from worker.politeness.robots import RobotsAnswer, RobotsRules
 
 SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip() is given
 
@@ -65,7 +67,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
     delivery_limit: DeliveryLimit | None = None  # bounds redeliveries of a crash-looping message
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
     handled: Handled | None = None  # skips a second copy of a URL already settled
-    run_states: RunStates | None = None  # paused and cancelled runs (shared/runstate.py)
+    run_states: RunStates | None = None  # paused and cancelled runs (shared/redis/runstate.py)
 
     def __post_init__(self) -> None:
         self._local = threading.local()
@@ -87,6 +89,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         # Bounds how long one page holds that lock, and what it costs (docs/SECURITY.md).
         self._parse_budget = parse_budget(self.settings)
         self._slots_held = {}  # domain -> when its furthest slot held here comes (HoldsForSlots)
+        self._render_shells = self.settings.render == "auto"  # worker/parse/script_shell.py
 
     def __call__(self, delivery: Delivery) -> Outcome:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
@@ -135,7 +138,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
     def _settled(self, delivery: Delivery, task: CrawlTask, progress: Progress) -> Outcome | None:
         """The outcome of a URL another copy settled, or of a paused or cancelled run's; None
         for a URL to fetch."""
-        # Before the run's state: every delivery is counted by kind, once (worker/handled.py),
+        # Before the run's state: every delivery is counted by kind, once (worker/handling/handled.py),
         # and a second copy of a URL already stored or skipped keeps that one outcome, held
         # or cancelled alike (a `cancelled` skip on top would count the URL twice).
         if already_handled(self.handled, delivery, task, progress):
@@ -212,11 +215,13 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             html = decode_html(response.body, response.content_type)
             page = parse_page(html, response.final_url, budget=self._parse_budget)
             profile, extracted = profile_fields(self.profiles, task.url, html, self._parse_budget)
+        if self._render_shells and task.queue != RENDER_KIND and looks_like_script_shell(html, page.text):
+            return to_render(self.topology, task, progress, SCRIPT_SHELL)  # RENDER=auto
         row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
         return self._store_later(task, row, response, progress)
 
     def _mark_handling(self) -> None:
-        """The "handling" marker (worker/poison.py), once a handling: from here the handling may
+        """The "handling" marker (worker/handling/poison.py), once a handling: from here the handling may
         take the worker down, and a redelivery of the message counts."""
         if self.delivery_limit is not None and not self._local.marked:
             self.delivery_limit.mark_handling(self._local.delivery)

@@ -12,27 +12,27 @@ from typing import TypeVar
 import redis
 
 from shared import metrics
+from shared.amqp.topology import build_topology
 from shared.errors import TaskError
-from shared.keys import Keys
-from shared.netguard import check_url, guarded_session
-from shared.redis_client import WORKER, connect_redis
-from shared.runstate import RunStates
+from shared.http.netguard import check_url, guarded_session
+from shared.http.proxies import Proxy, ProxyFailed, ProxyPool
+from shared.redis.client import WORKER, connect_redis
+from shared.redis.deferred_writes import DeferringRedis, DeferringRedisCluster
+from shared.redis.keys import Keys
+from shared.redis.runstate import RunStates
 from shared.settings import Settings
-from shared.topology import build_topology
-from worker.cache import ResponseCache
-from worker.deferred_writes import DeferringRedis, DeferringRedisCluster
-from worker.fetch import Fetcher, Validators
-from worker.handled import HandledMarks
+from worker.fetch.cache import ResponseCache
+from worker.fetch.fetcher import Fetcher, Validators
+from worker.fetch.response import CacheEntry, Response
 from worker.handler import CrawlHandler
-from worker.poison import DeliveryLimit
-from worker.politeness import LEASE_MARGIN_S, DomainGate
-from worker.politeness_config import PolitenessConfig
-from worker.profiles import load_profiles
-from worker.proxies import Proxy, ProxyFailed, ProxyPool
-from worker.ratelimit import RateLimiter
-from worker.response import CacheEntry, Response
-from worker.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
-from worker.store import BATCH_ROWS, ResultStore
+from worker.handling.handled import HandledMarks
+from worker.handling.poison import DeliveryLimit
+from worker.parse.profiles import load_profiles
+from worker.politeness.config import PolitenessConfig
+from worker.politeness.gate import LEASE_MARGIN_S, DomainGate
+from worker.politeness.ratelimit import RateLimiter
+from worker.politeness.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
+from worker.store.writer import BATCH_ROWS, ResultStore
 
 R = TypeVar("R")
 
@@ -53,7 +53,7 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
 
 def connect_worker_redis(settings: Settings) -> redis.Redis:
     """The worker's one client, shared by its handler threads: a DeferringRedis, so writes
-    nothing waits for ride along with a thread's next command (worker/deferred_writes.py)."""
+    nothing waits for ride along with a thread's next command (shared/redis/deferred_writes.py)."""
     return connect_redis(
         settings, WORKER, client_class=DeferringRedis, cluster_class=DeferringRedisCluster, ping=True
     )
@@ -129,7 +129,7 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
     )
 
     # One session, and so one fetcher, for every handler thread: urllib3's pools are
-    # thread-safe, the requests are prepared without the session's merging (worker/fetch.py)
+    # thread-safe, the requests are prepared without the session's merging (worker/fetch/fetcher.py)
     # and its cookie jar refuses every cookie, so the threads share no state but the pools. Shared pools
     # keep a connection to each of the last HOST_POOLS hosts. A session per thread kept its own
     # ten, so with more hosts than that in turn, most fetches opened a new connection, and the

@@ -19,7 +19,7 @@ from bench.pgbouncer import ConnectionSampler
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes, run_crawl
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.cluster.conftest import DATABASE, pgbouncer_show
 from tests.e2e.conftest import service_env

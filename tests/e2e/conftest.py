@@ -15,7 +15,7 @@ import requests
 from demo_site.config import SiteConfig
 from demo_site.server import DemoSite
 from ops.accounting import Accounting, account
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 
 

@@ -15,9 +15,9 @@ import pytest
 
 from bench.site import LoggedSite, most_in_any_window, pages_route
 from ops.accounting import account
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import work_queue
 from shared.settings import Settings
-from shared.topology import work_queue
 from tests.e2e.conftest import metric_total, metric_value, service_env
 from tests.ports import free_port
 

@@ -27,7 +27,16 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from ops.crawl import Processes
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import (
+    build_topology,
+    dead_letter_exchange,
+    dead_letter_queue,
+    new_task_routing_key,
+    parked_queue,
+    work_exchange,
+    work_queue,
+)
 from shared.errors import DecodeError
 from shared.messages import (
     ATTEMPT_HEADER,
@@ -38,16 +47,8 @@ from shared.messages import (
     STATUS_HEADER,
     CrawlTask,
 )
+from shared.postgres import db
 from shared.settings import Settings
-from shared.topology import (
-    build_topology,
-    dead_letter_exchange,
-    dead_letter_queue,
-    new_task_routing_key,
-    parked_queue,
-    work_exchange,
-    work_queue,
-)
 from tests.e2e.conftest import service_env
 from tests.faults.site import FaultSite, SiteShape
 

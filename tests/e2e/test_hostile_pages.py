@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ops.accounting import account
 from ops.crawl import Processes
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.e2e.hostile_site import HostileSite

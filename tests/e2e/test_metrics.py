@@ -20,11 +20,13 @@ from bench.site import Answer, Hit, LoggedSite, page
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes
-from shared import broker, db, metrics
-from shared.broker import Publication
+from shared import metrics
+from shared.amqp import broker
+from shared.amqp.broker import Publication
+from shared.amqp.topology import new_task_routing_key, work_exchange
 from shared.messages import CrawlTask
+from shared.postgres import db
 from shared.settings import Settings
-from shared.topology import new_task_routing_key, work_exchange
 from tests.e2e.conftest import metric_total, produce, service_env, wait_until_accounted
 from tests.ports import free_port
 

@@ -17,7 +17,7 @@ from demo_site.config import Kind
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes, run_crawl
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 

@@ -21,10 +21,10 @@ from bench.measure import children_of
 from demo_site.server import DemoSite
 from ops.accounting import account
 from ops.crawl import Processes, run_crawl
-from shared import broker
-from shared.runstate import held_exchange, held_queue
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
+from shared.redis.runstate import held_exchange, held_queue
 from shared.settings import Settings
-from shared.topology import build_topology
 from tests.e2e.conftest import produce, service_env
 from tests.ports import free_port
 

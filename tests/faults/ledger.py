@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
 from shared.errors import ServiceUnavailable
+from shared.postgres import db
 from shared.settings import Settings
-from shared.topology import build_topology
 
 PAGES = "SELECT url, writes, failed_attempts FROM pages WHERE run_id = %s"
 DEAD = (

@@ -1,4 +1,4 @@
-"""The worker's own bound on redeliveries (worker/poison.py), against the real Redis."""
+"""The worker's own bound on redeliveries (worker/handling/poison.py), against the real Redis."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from shared.amqp.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
 from shared.consumer import Delivery
-from shared.keys import Keys
 from shared.messages import CrawlTask, Failure, Progress
+from shared.redis.deferred_writes import DeferringRedis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_exchange
-from worker.deferred_writes import DeferringRedis
-from worker.poison import DeliveryLimit, message_fingerprint
+from worker.handling.poison import DeliveryLimit, message_fingerprint
 
 pytestmark = pytest.mark.faults
 

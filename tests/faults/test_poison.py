@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import POISON_DELIVERY_LIMIT, build_topology, new_task_routing_key, work_exchange
 from shared.settings import Settings
-from shared.topology import POISON_DELIVERY_LIMIT, build_topology, new_task_routing_key, work_exchange
 from tests.faults.conftest import SIZE
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import take_ledger, wait_for_ledger

@@ -1,7 +1,7 @@
 """The producer killed with SIGKILL at random points of its publish, and run again at once each
 time with the same run id: every URL reaches the queue, none is skipped, each is stored or dead
 exactly once, and the figures say how many copies the broker got: what the workers count as
-received (shared/copies.py) equals what the queues held before any worker ran, and RabbitMQ's
+received (ops/copies.py) equals what the queues held before any worker ran, and RabbitMQ's
 own publish count where its management API answers.
 
 Only this test's own producer processes are killed; no service is stopped or restarted.
@@ -19,11 +19,12 @@ import pytest
 import redis
 
 from ops import management
-from shared import broker, db
-from shared.copies import Copies
-from shared.keys import Keys
+from ops.copies import Copies
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
+from shared.postgres import db
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import build_topology
 from tests.faults.conftest import SIZE, Size
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import queued_messages, wait_for_ledger
@@ -143,7 +144,7 @@ def test_sigkilled_producer_rerun_at_once_loses_and_doubles_nothing(
     assert enqueued == URLS
     assert URLS <= received <= URLS + copies.taken_over
     assert received > URLS, "no kill left a published URL unmarked: the scenario tested nothing"
-    # What the pipeline reports as received by the broker (shared/copies.py) is exact: first
+    # What the pipeline reports as received by the broker (ops/copies.py) is exact: first
     # copies, each URL once, plus the second copies the workers saw; no worker lost its
     # connection here, so no delivery went uncounted.
     assert copies.delivered == received and copies.redelivered == 0

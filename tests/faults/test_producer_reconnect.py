@@ -14,7 +14,7 @@ from producer.patience import MAX_RECONNECT_PAUSE_S, PUBLISH_ATTEMPTS, RECONNECT
 from producer.pipeline import Pipeline
 from producer.routing import load_router
 from producer.sitemaps import SitemapEntry
-from shared.broker import Publication
+from shared.amqp.broker import Publication
 from shared.errors import ServiceUnavailable
 from shared.messages import CrawlTask
 from tests.fakes import FakeTime, MemoryDedup

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
+from shared.amqp.topology import POISON_DELIVERY_LIMIT, dead_letter_queue, parked_queue, work_queue
 from shared.settings import Settings
-from shared.topology import POISON_DELIVERY_LIMIT, dead_letter_queue, parked_queue, work_queue
 from tests.faults.conftest import SIZE
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import wait_for_ledger

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 from tests.faults.conftest import SIZE, Size
 from tests.faults.fleet import STOP_BOUND_S, Fleet

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from shared.redis_cluster import slot_of
+from shared.redis.cluster import slot_of
 from shared.settings import Settings
 from tests.conftest import cleanup, unique_name
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared import broker
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, work_queue
 from shared.settings import Settings
-from shared.topology import build_topology, work_queue
 from tests.faults_cluster.cluster import NODES, node_name, queue_copies
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.amqp.topology import work_queue
 from shared.settings import Settings
-from shared.topology import work_queue
 from tests.faults.conftest import Size
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import wait_for_ledger, wait_for_progress

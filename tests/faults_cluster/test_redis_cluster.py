@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from producer.dedup import split_fingerprint
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.urls import canonicalize, domain_of, fingerprint
 from tests.e2e.conftest import service_env
 from tests.faults.fleet import Fleet

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import fingerprint
-from worker.cache import ResponseCache
-from worker.response import CacheEntry, Response
+from worker.fetch.cache import ResponseCache
+from worker.fetch.response import CacheEntry, Response
 
 pytestmark = pytest.mark.integration
 

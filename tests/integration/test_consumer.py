@@ -9,17 +9,17 @@ from collections.abc import Callable
 
 import pytest
 
-from shared import broker
-from shared.consumer import Delivery, Outcome, StopEvent, Subscription, run_consumers
-from shared.errors import ServiceUnavailable
-from shared.settings import Settings
-from shared.topology import (
+from shared.amqp import broker
+from shared.amqp.topology import (
     build_topology,
     dead_letter_queue,
     new_task_routing_key,
     work_exchange,
     work_queue,
 )
+from shared.consumer import Delivery, Outcome, StopEvent, Subscription, run_consumers
+from shared.errors import ServiceUnavailable
+from shared.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
+from shared.amqp.topology import work_queue
 from shared.consumer import Delivery, Outcome, Subscription
 from shared.settings import Settings
-from shared.topology import work_queue
 from tests.integration.test_consumer import consume_in_thread, depth, publish_tasks, wait_for
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import redis
 
 from producer.dedup import BUSY, DUP, NEW, TAKEN, Dedup, split_fingerprint
 from shared.errors import ServiceUnavailable
-from shared.keys import Keys
-from shared.redis_client import PRODUCER, connect_redis
+from shared.redis.client import PRODUCER, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import fingerprint
 

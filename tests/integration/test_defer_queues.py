@@ -9,10 +9,8 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from shared import broker
-from shared.messages import CrawlTask
-from shared.settings import Settings
-from shared.topology import (
+from shared.amqp import broker
+from shared.amqp.topology import (
     DEFERRAL_DELAYS_S,
     build_topology,
     defer_exchange,
@@ -22,6 +20,8 @@ from shared.topology import (
     retry_exchange,
     work_queue,
 )
+from shared.messages import CrawlTask
+from shared.settings import Settings
 
 pytestmark = pytest.mark.integration
 

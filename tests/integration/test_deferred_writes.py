@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, WORKER, connect_redis
-from shared.runstate import RunStates
+from shared.redis.client import OPERATOR, WORKER, connect_redis
+from shared.redis.deferred_writes import DeferringRedis, flush, write_later
+from shared.redis.keys import Keys
+from shared.redis.runstate import RunStates
 from shared.settings import Settings
-from worker.deferred_writes import DeferringRedis, flush, write_later
 
 pytestmark = pytest.mark.integration
 

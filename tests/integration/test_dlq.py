@@ -21,12 +21,8 @@ from dlq_consumer import store
 from dlq_consumer.record import DeadLetterRecord, record_from_delivery
 from dlq_consumer.replay import replay
 from dlq_consumer.service import DeadLetterRecorder
-from shared import broker, db
-from shared.consumer import Delivery, StopEvent, Subscription, run_consumers
-from shared.message_bounds import bounded_body
-from shared.messages import CrawlTask, Failure, Progress
-from shared.settings import Settings
-from shared.topology import (
+from shared.amqp import broker
+from shared.amqp.topology import (
     build_topology,
     dead_letter_exchange,
     dead_letter_queue,
@@ -34,6 +30,11 @@ from shared.topology import (
     work_exchange,
     work_queue,
 )
+from shared.consumer import Delivery, StopEvent, Subscription, run_consumers
+from shared.message_bounds import bounded_body
+from shared.messages import CrawlTask, Failure, Progress
+from shared.postgres import db
+from shared.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from ops.export import DEFAULT_FIELDS, ITERSIZE, export, export_to_file, page_columns, stream_pages
-from shared import db
+from shared.postgres import db
 from shared.settings import Settings
 
 pytestmark = pytest.mark.integration

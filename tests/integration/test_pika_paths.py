@@ -1,4 +1,4 @@
-"""pika's private parts and their public fallbacks (shared/pika_compat.py) against the real
+"""pika's private parts and their public fallbacks (shared/amqp/pika_compat.py) against the real
 broker: the publisher sends the same messages, the consumer gives the same acks, either way."""
 
 from __future__ import annotations
@@ -9,11 +9,17 @@ from typing import Any
 import pytest
 
 from producer.publisher import ConfirmingPublisher
-from shared import broker, pika_compat
-from shared.broker import Publication
+from shared.amqp import broker, pika_compat
+from shared.amqp.broker import Publication
+from shared.amqp.topology import (
+    build_topology,
+    dead_letter_queue,
+    new_task_routing_key,
+    work_exchange,
+    work_queue,
+)
 from shared.consumer import Delivery, Outcome, Subscription
 from shared.settings import Settings
-from shared.topology import build_topology, dead_letter_queue, new_task_routing_key, work_exchange, work_queue
 from tests.integration.test_consumer import consume_in_thread, depth, publish_tasks, wait_for
 
 pytestmark = pytest.mark.integration

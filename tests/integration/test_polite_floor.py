@@ -9,8 +9,8 @@ import pytest
 from psycopg import sql
 
 from bench.polite_floor import SITE_PAGES, PageSteps, cpu_us_a_page, loopback_site
-from shared import db
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
 from shared.settings import Settings
 from tests.integration.test_teardown import exists
 

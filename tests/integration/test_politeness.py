@@ -20,16 +20,16 @@ import psycopg
 import pytest
 
 from bench.site import Answer, Hit, LoggedSite, most_in_any_window, page, pages_route
-from shared import db
+from shared.amqp.topology import dead_letter_exchange
 from shared.consumer import Delivery, Outcome
-from shared.keys import Keys
 from shared.messages import CrawlTask
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import dead_letter_exchange
 from worker.handler import CrawlHandler
-from worker.ratelimit import RateLimiter, Reservation
-from worker.store import ResultStore
+from worker.politeness.ratelimit import RateLimiter, Reservation
+from worker.store.writer import ResultStore
 from worker.wiring import build_handler
 
 pytestmark = pytest.mark.integration

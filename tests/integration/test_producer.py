@@ -21,14 +21,14 @@ from producer.publisher import ConfirmingPublisher
 from producer.routing import load_router
 from producer.service import Options, run
 from producer.sitemaps import SitemapEntry
-from shared import broker
-from shared.broker import Publication
+from shared.amqp import broker
+from shared.amqp.broker import Publication
+from shared.amqp.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 from shared.errors import ServiceUnavailable
-from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
-from shared.redis_client import OPERATOR, connect_redis
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 from shared.urls import fingerprint
 
 pytestmark = pytest.mark.integration

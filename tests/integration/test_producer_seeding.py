@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared import broker
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.amqp import broker
+from shared.amqp.topology import work_queue
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import work_queue
 from tests.integration.test_producer import LocalSite, urlset
 
 pytestmark = pytest.mark.integration

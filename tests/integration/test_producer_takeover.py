@@ -13,15 +13,15 @@ import redis
 
 from producer.dedup import Dedup
 from producer.service import Options, run
-from shared import broker
-from shared.keys import Keys
+from shared.amqp import broker
+from shared.amqp.topology import work_queue
 from shared.messages import QUEUE_KINDS, CrawlTask
-from shared.redis_client import PRODUCER, WORKER, connect_redis
+from shared.redis.client import PRODUCER, WORKER, connect_redis
+from shared.redis.deferred_writes import DeferringRedis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import work_queue
 from shared.urls import canonicalize, fingerprint
-from worker.deferred_writes import DeferringRedis
-from worker.handled import (
+from worker.handling.handled import (
     COPIES_RECEIVED,
     COPIES_REDELIVERED,
     COPY,

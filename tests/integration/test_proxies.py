@@ -17,15 +17,15 @@ import pytest
 
 from bench.site import Answer, Hit, LoggedSite, Route, pages_route
 from producer.service import Options, run
-from shared import db
 from shared.errors import ConfigError, TransientError
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.http.proxies import Proxy, ProxyPool, RedisBench, parse_proxies
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
+from shared.try_later import TryLater
 from tests.integration.test_politeness import crawl_in_threads, rows
 from tests.ports import closed_port
-from worker.proxies import Proxy, ProxyPool, RedisBench, parse_proxies
-from worker.try_later import TryLater
 
 pytestmark = pytest.mark.integration
 

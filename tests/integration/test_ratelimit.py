@@ -14,14 +14,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from shared.errors import ServiceUnavailable
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, WORKER, connect_redis
+from shared.redis.client import OPERATOR, WORKER, connect_redis
+from shared.redis.deferred_writes import DeferringRedis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from worker.deferred_writes import DeferringRedis
-from worker.politeness import RATE_HEADROOM, DomainGate
-from worker.politeness_config import PolitenessConfig
-from worker.ratelimit import RateLimiter, Reservation
-from worker.try_later import HeldSlot
+from shared.try_later import HeldSlot
+from worker.politeness.config import PolitenessConfig
+from worker.politeness.gate import RATE_HEADROOM, DomainGate
+from worker.politeness.ratelimit import RateLimiter, Reservation
 
 pytestmark = pytest.mark.integration
 

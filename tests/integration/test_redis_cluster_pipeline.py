@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from tests.e2e.conftest import service_env
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import wait_for_ledger

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from bench.site import Answer, Hit, LoggedSite, Route, pages_route
-from shared import db
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
 

@@ -8,10 +8,10 @@ import pytest
 
 from ops.accounting import Accounting
 from ops.run_report import render, report
-from shared import db
 from shared.errors import ConfigError
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
 
 pytestmark = pytest.mark.integration

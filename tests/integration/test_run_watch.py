@@ -8,7 +8,7 @@ import redis
 
 from ops.crawl_processes import CrawlFailed
 from ops.run_watch import RunWatch
-from shared import db
+from shared.postgres import db
 from shared.progress import Snapshot
 from shared.settings import Settings
 from tests.fakes import FakeTime

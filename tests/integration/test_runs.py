@@ -13,19 +13,20 @@ import redis
 
 from ops.accounting import account
 from ops.runs import cancel, held_count, pause, resume
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, defer_queue, work_queue
 from shared.consumer import Delivery
-from shared.keys import Keys
 from shared.messages import CrawlTask, Progress
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import held_exchange, held_queue, read_state
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import held_exchange, held_queue, read_state
 from shared.settings import Settings
-from shared.topology import build_topology, defer_queue, work_queue
 from tests.e2e.conftest import service_env
 from tests.fakes import FakeRunStates
-from worker.cache import ResponseCache
-from worker.forwards import HOLD_UNROUTABLE_WAIT_S
+from worker.fetch.cache import ResponseCache
 from worker.handler import CrawlHandler
+from worker.handling.forwards import HOLD_UNROUTABLE_WAIT_S
 
 pytestmark = pytest.mark.integration
 

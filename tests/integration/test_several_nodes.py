@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from producer.publisher import ConfirmingPublisher
-from shared import broker
-from shared.broker import Publication
+from shared.amqp import broker
+from shared.amqp.broker import Publication
+from shared.amqp.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
-from shared.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 
 pytestmark = pytest.mark.integration
 

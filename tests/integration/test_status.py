@@ -16,16 +16,17 @@ import pytest
 
 from dlq_consumer import store
 from dlq_consumer.record import record_from_delivery
+from ops.copies import Copies
 from ops.management import HttpGet
 from ops.status import CLEAR_SCREEN, gather
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 from shared.consumer import Delivery
-from shared.copies import Copies
-from shared.keys import Keys
 from shared.messages import CrawlTask, Failure
-from shared.redis_client import OPERATOR, connect_redis
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
 from shared.settings import Settings
-from shared.topology import build_topology, new_task_routing_key, work_exchange, work_queue
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,12 @@ import redis
 from ops.management import HttpGet
 from ops.runs import pause
 from ops.status import KNOWN_PREFIXES, gather
-from shared import broker
-from shared.keys import Keys
-from shared.presence import PRESENCE_TTL_S, announced
-from shared.runstate import held_queue
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
+from shared.redis.keys import Keys
+from shared.redis.presence import PRESENCE_TTL_S, announced
+from shared.redis.runstate import held_queue
 from shared.settings import Settings
-from shared.topology import build_topology
 from tests.conftest import cleanup, unique_name
 
 pytestmark = pytest.mark.integration
@@ -54,6 +54,7 @@ def test_without_the_api_every_queue_has_its_own_role(settings: Settings) -> Non
         f"{ns}.priority": ("work", True),
         f"{ns}.ttl": ("work", True),
         f"{ns}.bulk": ("work", True),
+        f"{ns}.render": ("work", True),
         f"{ns}.dead": ("dead", True),
         f"{ns}.parked": ("parked", True),
         f"{ns}.retry.500ms": ("retry", True),

@@ -11,11 +11,11 @@ import pytest
 
 from dlq_consumer.store import UPSERT_DEAD_LETTER
 from ops.accounting import Tally, account
-from shared import db
 from shared.errors import ServiceUnavailable, UnstorableRow
+from shared.postgres import db
 from shared.settings import Settings
-from worker.store import ResultStore
-from worker.store_rows import PageRow, SkipRow
+from worker.store.rows import PageRow, SkipRow
+from worker.store.writer import ResultStore
 
 pytestmark = pytest.mark.integration
 

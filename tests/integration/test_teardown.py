@@ -9,12 +9,12 @@ import pytest
 from ops import management
 from ops.runs import pause
 from ops.teardown import remove_pipeline
-from shared import broker
-from shared.keys import Keys
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import held_queue
+from shared.amqp import broker
+from shared.amqp.topology import build_topology, work_queue
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import held_queue
 from shared.settings import Settings
-from shared.topology import build_topology, work_queue
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,8 @@ from urllib.parse import quote
 import pytest
 
 from ops.management import HttpGet, api_url
-from shared import broker
-from shared.errors import ConfigError
-from shared.settings import Settings
-from shared.topology import (
+from shared.amqp import broker
+from shared.amqp.topology import (
     MAX_MESSAGE_PRIORITY,
     build_topology,
     dead_letter_exchange,
@@ -21,6 +19,8 @@ from shared.topology import (
     work_exchange,
     work_queue,
 )
+from shared.errors import ConfigError
+from shared.settings import Settings
 
 pytestmark = pytest.mark.integration
 

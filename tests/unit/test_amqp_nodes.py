@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ops.management import amqp_part
-from shared.broker import connection_parameters
+from shared.amqp.broker import connection_parameters
 from shared.errors import ConfigError
 from shared.settings import Settings, amqp_urls, redact
 

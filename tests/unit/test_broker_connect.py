@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared import broker
+from shared.amqp import broker
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from tests.ports import closed_port

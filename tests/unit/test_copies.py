@@ -1,10 +1,10 @@
-"""shared.copies: what the broker got from a run's producers, from the run's counters."""
+"""ops.copies: what the broker got from a run's producers, from the run's counters."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.copies import Copies
+from ops.copies import Copies
 
 pytestmark = pytest.mark.unit
 

@@ -232,7 +232,7 @@ def test_producer_seeds_one_fixed_run_once(services: dict[str, dict[str, Any]]) 
 
 def test_the_demo_hosts_pass_the_address_guard(services: dict[str, dict[str, Any]]) -> None:
     """site-a... resolve to private addresses of the compose network, which the guard refuses."""
-    from shared.addresses import parse_allowlist
+    from shared.http.addresses import parse_allowlist
 
     names = next(w for w in command(services["demo_site"]) if w.startswith("--public-names="))
     for name in ("producer", "worker"):

@@ -1,4 +1,4 @@
-"""The fast path (worker/fast_fields.py, lxml's tree) stores exactly what the BeautifulSoup path
+"""The fast path (worker/parse/fast_fields.py, lxml's tree) stores exactly what the BeautifulSoup path
 stores: every field of every page, on the demo site, generated pages, awkward markup and, when
 it is downloaded (`python -m bench.real_corpus`), every page of the real corpus."""
 
@@ -13,8 +13,8 @@ from bench.real_corpus import PACKAGE, downloaded, page_paths
 from demo_site.config import Kind, SiteConfig
 from demo_site.pages import render_page
 from shared.errors import PermanentError
-from worker.html_builder import ParseBudget
-from worker.parse import ParsedPage, decode_html, parse_page
+from worker.parse.budget import ParseBudget
+from worker.parse.page import ParsedPage, decode_html, parse_page
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Relative links resolved through the per-directory cache (worker/fast_links.py) come out as
+"""Relative links resolved through the per-directory cache (worker/parse/fast_links.py) come out as
 urljoin makes them for the page's own URL."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.real_corpus import PACKAGE, downloaded, page_paths
-from worker.fast_fields import scan_lxml
-from worker.fast_links import RelativeLinks, relative_key, split_base
-from worker.html_builder import ParseBudget
-from worker.parse import _absolute_http, _links, decode_html
+from worker.parse.budget import ParseBudget
+from worker.parse.fast_fields import scan_lxml
+from worker.parse.fast_links import RelativeLinks, relative_key, split_base
+from worker.parse.page import _absolute_http, _links, decode_html
 
 pytestmark = pytest.mark.unit
 

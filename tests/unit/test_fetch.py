@@ -15,9 +15,9 @@ import requests
 
 from shared.errors import PermanentError, TransientError
 from shared.settings import Settings
-from worker.fetch import Fetcher, Validators
-from worker.parse import decode_html
-from worker.verdicts import Verdict, classify, is_html, media_type
+from worker.fetch.fetcher import Fetcher, Validators
+from worker.fetch.verdicts import Verdict, classify, is_html, media_type
+from worker.parse.page import decode_html
 
 pytestmark = pytest.mark.unit
 

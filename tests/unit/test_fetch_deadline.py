@@ -1,4 +1,4 @@
-"""One deadline for the whole fetch: connect, headers and body (shared/deadline.py).
+"""One deadline for the whole fetch: connect, headers and body (shared/http/deadline.py).
 
 The clock and socket logic is checked with small fakes; the end-to-end behaviour with a server on
 127.0.0.1 that drips its headers, whose byte count tells how long the fetch held on.
@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from producer.fetch import FetchFailed, HttpFetcher
-from shared.deadline import DeadlineReader, clipped_timeout, current_deadline, fetch_deadline
 from shared.errors import TransientError
-from shared.netguard import guarded_session
+from shared.http.deadline import DeadlineReader, clipped_timeout, current_deadline, fetch_deadline
+from shared.http.netguard import guarded_session
 from shared.settings import Settings
 from tests.fakes import FakeTime
-from worker.fetch import Fetcher
+from worker.fetch.fetcher import Fetcher
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""worker.handled.HandledMarks with a fake Redis client: close() is final."""
+"""worker.handling.handled.HandledMarks with a fake Redis client: close() is final."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import cast
 import pytest
 import redis
 
-from shared.keys import Keys
 from shared.messages import CrawlTask
-from worker.handled import HandledMarks
+from shared.redis.keys import Keys
+from worker.handling.handled import HandledMarks
 
 pytestmark = pytest.mark.unit
 

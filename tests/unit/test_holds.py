@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from shared.holds import HeldMessages
+from shared.consumer.holds import HeldMessages
 from tests.fakes import FakeTime
 
 pytestmark = pytest.mark.unit

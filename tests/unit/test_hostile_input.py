@@ -21,11 +21,11 @@ import pytest
 from producer.fetch import FetchFailed, HttpFetcher
 from producer.sitemaps import SitemapError, SitemapReader, parse_sitemap
 from shared.errors import PermanentError, TransientError
-from shared.netguard import guarded_session
+from shared.http.netguard import guarded_session
 from shared.settings import Settings
 from shared.urls import InvalidURL, canonicalize
 from tests.unit.test_netguard import Canary
-from worker.fetch import Fetcher
+from worker.fetch.fetcher import Fetcher
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""HtmlTreeBuilder (worker/bs4_fastpath.py) builds the tree BeautifulSoup's own lxml builder
+"""HtmlTreeBuilder (worker/parse/bs4_fastpath.py) builds the tree BeautifulSoup's own lxml builder
 builds, field for field; so does new_soup on either path; and the check that decides between
 them turns the fast one off when it would not."""
 
@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from bench.perf_site import page_html
 from tests.unit.test_parse import FULL
-from worker import bs4_fastpath
-from worker.bs4_fastpath import HtmlTreeBuilder, anatomy
-from worker.html_builder import BudgetedTreeBuilder, new_soup
+from worker.parse import bs4_fastpath
+from worker.parse.bs4_fastpath import HtmlTreeBuilder, anatomy
+from worker.parse.html_builder import BudgetedTreeBuilder
+from worker.parse.soup import new_soup
 
 pytestmark = pytest.mark.unit
 

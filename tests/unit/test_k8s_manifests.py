@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from shared.amqp.topology import work_queue
 from shared.settings import Settings
-from shared.topology import work_queue
 
 pytestmark = pytest.mark.unit
 
@@ -209,7 +209,7 @@ def test_keda_counts_ready_and_unacknowledged_messages(documents: list[dict[str,
     """Over AMQP KEDA sees only ready messages; the management API's count includes the ones
     each worker holds unacknowledged (its prefetch), so the scaler sees the whole load."""
     settings = Settings.from_env(config(documents))
-    prefetch = 2 * settings.fetch_concurrency  # shared/connection_thread.py: basic_qos
+    prefetch = 2 * settings.fetch_concurrency  # shared/consumer/connection_thread.py: basic_qos
     for trigger in one(documents, "ScaledObject")["spec"]["triggers"]:
         metadata = trigger["metadata"]
         assert metadata["protocol"] == "http"

@@ -13,7 +13,9 @@ import pytest
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.connection import HTTPConnection, HTTPSConnection
 
-from shared import library_checks, pika_compat, urllib3_compat
+from shared import library_checks
+from shared.amqp import pika_compat
+from shared.http import urllib3_compat
 
 pytestmark = pytest.mark.unit
 

@@ -22,7 +22,7 @@ from shared import metrics
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-SERVICE_PACKAGES = ("producer", "worker", "dlq_consumer", "shared")
+SERVICE_PACKAGES = ("producer", "worker", "dlq_consumer", "renderer", "shared")
 METRICS_MODULE = REPO / "shared" / "metrics.py"
 UPDATES = {"inc", "dec", "set", "observe", "track_inprogress", "time", "set_to_current_time", "set_function"}
 

@@ -1,5 +1,5 @@
 """The address guard against a table of hostile hosts, on both of urllib3's paths
-(shared/urllib3_compat.py): the tests that connect run once with its private connect hook and
+(shared/http/urllib3_compat.py): the tests that connect run once with its private connect hook and
 once with the public fallback.
 
 Nothing here may reach beyond loopback: names resolve through `FakeDNS`, and every socket is
@@ -29,12 +29,12 @@ from urllib3.util.connection import create_connection
 
 from producer.fetch import HttpFetcher
 from producer.sitemaps import SitemapReader
-from shared import urllib3_compat
 from shared.errors import BlockedAddress, ConfigError
-from shared.netguard import check_url, guarded_session, system_resolver
+from shared.http import urllib3_compat
+from shared.http.netguard import check_url, guarded_session, system_resolver
 from shared.settings import Settings
 from shared.urls import InvalidURL
-from worker.fetch import Fetcher
+from worker.fetch.fetcher import Fetcher
 
 pytestmark = pytest.mark.unit
 

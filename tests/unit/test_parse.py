@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.html_builder import ParseBudget, new_soup
-from worker.parse import _absolute_http, _first_body, _links, decode_html, parse_page
+from worker.parse.budget import ParseBudget
+from worker.parse.page import _absolute_http, _first_body, _links, decode_html, parse_page
+from worker.parse.soup import new_soup
 
 pytestmark = pytest.mark.unit
 

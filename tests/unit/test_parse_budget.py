@@ -1,4 +1,4 @@
-"""The parse budget: nodes, depth and time a page may cost (worker/html_builder.py, parse.py)."""
+"""The parse budget: nodes, depth and time a page may cost (worker/parse/html_builder.py, parse.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import pytest
 
 from shared.errors import ConfigError, PermanentError
 from shared.settings import Settings
-from worker.fetch import _read_body
-from worker.html_builder import ParseBudget, new_soup
-from worker.markup_scan import MarkupScan, ParseLimitExceeded
-from worker.parse import parse_budget, parse_page
+from worker.fetch.fetcher import _read_body
+from worker.parse.budget import ParseBudget, ParseLimitExceeded
+from worker.parse.markup_scan import MarkupScan
+from worker.parse.page import parse_budget, parse_page
+from worker.parse.soup import new_soup
 
 pytestmark = pytest.mark.unit
 

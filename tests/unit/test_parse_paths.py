@@ -1,5 +1,5 @@
-"""Both ways of building a page's tree (worker/html_builder.py): bs4's private parts
-(worker/bs4_fastpath.py) and its public API. Same fields, same budget, node for node."""
+"""Both ways of building a page's tree (worker/parse/html_builder.py): bs4's private parts
+(worker/parse/bs4_fastpath.py) and its public API. Same fields, same budget, node for node."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from bench.perf_site import page_html
 from shared.errors import PermanentError
 from tests.unit.test_html_builder import PIECES
 from tests.unit.test_parse import FULL, PAGE_URL
-from worker import bs4_fastpath
-from worker.html_builder import ParseBudget
-from worker.parse import ParsedPage, parse_page
+from worker.parse import bs4_fastpath
+from worker.parse.budget import ParseBudget
+from worker.parse.page import ParsedPage, parse_page
 
 pytestmark = pytest.mark.unit
 

@@ -13,17 +13,17 @@ from prometheus_client import REGISTRY
 
 from shared.errors import ConfigError, TransientError
 from shared.settings import Settings
+from shared.try_later import HeldSlot, TryLater
 from tests.fakes import FakeLimiter, FakeTime
-from worker.domain_limiter import Reservation
-from worker.politeness import (
+from worker.fetch.verdicts import Throttled, parse_retry_after
+from worker.politeness.config import DomainPolicy, PolitenessConfig
+from worker.politeness.domain_limiter import Reservation
+from worker.politeness.gate import (
     BUSY_RETRY_S,
     CLEAR_AHEAD_S,
     RATE_HEADROOM,
     DomainGate,
 )
-from worker.politeness_config import DomainPolicy, PolitenessConfig
-from worker.try_later import HeldSlot, TryLater
-from worker.verdicts import Throttled, parse_retry_after
 
 pytestmark = pytest.mark.unit
 

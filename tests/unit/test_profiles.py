@@ -8,7 +8,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from shared.errors import ConfigError
-from worker.profiles import load_profiles
+from worker.parse.profiles import load_profiles
 
 pytestmark = pytest.mark.unit
 

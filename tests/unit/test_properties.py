@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from producer.fetch import FetchFailed
 from producer.sitemaps import SitemapError, SitemapReader, parse_sitemap
-from shared.addresses import AddressPolicy, blocked_reason
 from shared.errors import BlockedAddress
-from shared.netguard import AddressGuard
+from shared.http.addresses import AddressPolicy, blocked_reason
+from shared.http.netguard import AddressGuard
 from shared.urls import InvalidURL, canonicalize
 
 pytestmark = pytest.mark.unit

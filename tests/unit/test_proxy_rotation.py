@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from shared.errors import TransientError
+from shared.http.proxies import Proxy, ProxyPool, parse_proxies
 from tests.fakes import FakeTime
-from worker.proxies import Proxy, ProxyPool, parse_proxies
 
 pytestmark = pytest.mark.unit
 

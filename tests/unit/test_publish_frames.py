@@ -6,7 +6,7 @@ import pytest
 from pika import frame, spec
 
 from producer.publish_frames import PublishFrames
-from shared.broker import Publication
+from shared.amqp.broker import Publication
 
 pytestmark = pytest.mark.unit
 

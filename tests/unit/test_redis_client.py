@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from shared.errors import ServiceUnavailable
-from shared.redis_client import GLANCE, OPERATOR, PRODUCER, WORKER, RedisUse, connect_redis
+from shared.redis.client import GLANCE, OPERATOR, PRODUCER, WORKER, RedisUse, connect_redis
+from shared.redis.deferred_writes import DeferringRedis
 from shared.settings import Settings
-from worker.deferred_writes import DeferringRedis
 
 pytestmark = pytest.mark.unit
 

@@ -7,12 +7,12 @@ from redis.cluster import RedisCluster
 
 from producer.dedup import DUP, MINE, NEW, TAKEN, Dedup, split_fingerprint
 from shared.errors import ConfigError
-from shared.keys import Keys
-from shared.redis_client import PRODUCER, connect_redis
-from shared.redis_cluster import by_slot, cluster_nodes, is_cluster_url, slot_of
+from shared.redis.client import PRODUCER, connect_redis
+from shared.redis.cluster import by_slot, cluster_nodes, is_cluster_url, slot_of
+from shared.redis.deferred_writes import DeferringRedis, DeferringRedisCluster
+from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import fingerprint
-from worker.deferred_writes import DeferringRedis, DeferringRedisCluster
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +35,7 @@ def test_different_domains_spread_over_slots() -> None:
 
 
 def test_a_messages_poison_keys_share_a_slot() -> None:
-    fp = "3f" * 16  # what worker.poison.message_fingerprint gives: hex of a digest
+    fp = "3f" * 16  # what worker.handling.poison.message_fingerprint gives: hex of a digest
     assert len(slots([KEYS.deliveries(fp), KEYS.handling(fp)])) == 1
 
 

@@ -16,7 +16,7 @@ from producer.pipeline import Pipeline
 from producer.routing import load_router
 from producer.sitemaps import SitemapEntry
 from shared import retrying
-from shared.broker import Publication
+from shared.amqp.broker import Publication
 from shared.consumer import ConsumerRuntime, Delivery, Outcome, StopEvent
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings

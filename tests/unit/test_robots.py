@@ -9,8 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from shared.errors import PermanentError, TransientError
+from shared.try_later import TryLater
 from tests.fakes import FakeTime
-from worker.robots import (
+from worker.politeness.robots import (
     ALLOW_ALL,
     RULES,
     UNAVAILABLE,
@@ -22,7 +23,6 @@ from worker.robots import (
     product_token,
     robots_url,
 )
-from worker.try_later import TryLater
 
 pytestmark = pytest.mark.unit
 

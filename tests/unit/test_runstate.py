@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from shared.keys import Keys
-from shared.runstate import RunStates, decode_state
+from shared.redis.keys import Keys
+from shared.redis.runstate import RunStates, decode_state
 
 pytestmark = pytest.mark.unit
 
@@ -44,7 +44,7 @@ def test_an_unknown_value_means_running() -> None:
 
 
 class FakeReadingAheadRedis(FakeRedis):
-    """A client that reads ahead (worker/deferred_writes.py), recording what it was asked."""
+    """A client that reads ahead (shared/redis/deferred_writes.py), recording what it was asked."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -6,7 +6,7 @@ from importlib import resources
 
 import pytest
 
-from shared.db import _statements
+from shared.postgres.db import _statements
 
 pytestmark = pytest.mark.unit
 
@@ -33,7 +33,7 @@ CREATE INDEX a_x ON a (x)
 
 
 def test_the_schema_file_splits_into_whole_statements() -> None:
-    statements = _statements(resources.files("shared").joinpath("schema.sql").read_text())
+    statements = _statements(resources.files("shared.postgres").joinpath("schema.sql").read_text())
     assert all(s.count("$$") % 2 == 0 for s in statements)
     assert statements[0].startswith("CREATE TABLE IF NOT EXISTS pages")
     assert any(s.startswith("DO $$") and "SET COMPRESSION lz4;" in s for s in statements)

@@ -8,8 +8,8 @@ import pytest
 
 from ops.status import management_queues
 from ops.status_view import CLEAR_SCREEN, frame, render
+from shared.amqp.topology import queue_role
 from shared.settings import Settings
-from shared.topology import queue_role
 
 pytestmark = pytest.mark.unit
 

@@ -15,11 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from shared import db
 from shared.errors import ServiceUnavailable, UnstorableRow
+from shared.postgres import db
 from shared.settings import Settings
-from worker.store import ResultStore
-from worker.store_rows import PageRow
+from worker.store.rows import PageRow
+from worker.store.writer import ResultStore
 
 pytestmark = pytest.mark.unit
 

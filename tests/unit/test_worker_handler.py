@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from shared.amqp.topology import build_topology
 from shared.consumer import Delivery, Outcome
 from shared.errors import BlockedAddress, PermanentError, ServiceUnavailable, TransientError, UnstorableRow
 from shared.message_bounds import BODY_BYTES_HEADER, BODY_SHA256_HEADER
@@ -23,22 +24,21 @@ from shared.messages import (
     Progress,
 )
 from shared.settings import Settings
-from shared.topology import build_topology
+from shared.try_later import HeldSlot, TryLater
 from tests.fakes import FakeLimiter, FakeRunStates, FakeTime
-from worker.domain_limiter import Reservation
+from worker.fetch.response import CacheEntry, Response
+from worker.fetch.verdicts import Throttled
 from worker.handler import CrawlHandler
-from worker.politeness import (
+from worker.handling.waits import Parked, Waiting
+from worker.parse.profiles import load_profiles
+from worker.politeness.config import PolitenessConfig
+from worker.politeness.domain_limiter import Reservation
+from worker.politeness.gate import (
     RATE_HEADROOM,
     DomainGate,
 )
-from worker.politeness_config import PolitenessConfig
-from worker.profiles import load_profiles
-from worker.response import CacheEntry, Response
-from worker.robots import Robots, RobotsAnswer, RobotsRules
-from worker.store_rows import PageRow, SkipRow
-from worker.try_later import HeldSlot, TryLater
-from worker.verdicts import Throttled
-from worker.waits import Parked, Waiting
+from worker.politeness.robots import Robots, RobotsAnswer, RobotsRules
+from worker.store.rows import PageRow, SkipRow
 
 pytestmark = pytest.mark.unit
 
@@ -315,7 +315,7 @@ def test_a_url_whose_slot_is_beyond_the_inline_wait_is_held_with_its_slot_then_s
 
 
 class FakeDeliveryLimit:
-    """worker.poison.DeliveryLimit's part the handler uses: records each call, and how many
+    """worker.handling.poison.DeliveryLimit's part the handler uses: records each call, and how many
     pages had been fetched by then."""
 
     def __init__(self, fetch: FakeFetch) -> None:
@@ -925,11 +925,13 @@ def test_every_wait_reason_raised_is_listed_for_its_metric_series() -> None:
     import ast
     import inspect
 
-    from worker import politeness, proxies, ratelimit_scripts, robots, waits
+    from shared.http import proxies
+    from worker.handling import waits
+    from worker.politeness import gate, ratelimit_scripts, robots
 
     given = {
         call.args[1].value
-        for module in (politeness, proxies, robots)
+        for module in (gate, proxies, robots)
         for call in ast.walk(ast.parse(inspect.getsource(module)))
         if isinstance(call, ast.Call)
         and isinstance(call.func, ast.Name)

@@ -1,0 +1,159 @@
+"""python -m renderer: consume the render queue, load each page in Chromium, store what it says.
+
+A renderer is a worker whose fetch is a browser: the same handler (robots.txt, the domain gate,
+retries, defer queues, dead letters), the same writer and rows, the same metrics. What differs
+is the Fetch (renderer/engine.py) and that it keeps no response cache: a cached copy is the
+unrendered shell a worker fetched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import resource
+
+from renderer.engine import RenderEngine, RenderFetch
+from renderer.watchdog import Watchdog
+from shared import metrics
+from shared.amqp.topology import render_queue
+from shared.cli import configure_logging, exit_code_of, run_main
+from shared.consumer import Subscription, run_consumers
+from shared.http.netguard import AddressGuard, address_policy
+from shared.metrics import start_metrics_server
+from shared.postgres import db
+from shared.redis.deferred_writes import flush
+from shared.redis.presence import announced
+from shared.settings import Settings
+from worker.fetch.response import CacheEntry, Response
+from worker.handler import CrawlHandler
+from worker.pool import run_pool
+from worker.store.writer import ResultStore
+from worker.wiring import HttpFetch, build_handler, connect_worker_redis
+
+log = logging.getLogger(__name__)
+
+
+class NoCache:
+    """The renderer's Cache: nothing is read or kept."""
+
+    def get(self, url: str) -> CacheEntry | None:
+        return None
+
+    def read_ahead(self, url: str) -> None:
+        pass
+
+    def drop_read_ahead(self) -> None:
+        pass
+
+    def put(self, url: str, response: Response) -> bool:
+        return False
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m renderer",
+        description="Load the pages waiting in the render queue in Chromium (CHROMIUM_PATH), with "
+        "every request the page makes through the address guard, and store what the rendered "
+        "page says. Run as many as you like. Settings come from the environment (.env.example).",
+    )
+    parser.add_argument("--concurrency", type=int, help="pages in flight (default: RENDER_CONCURRENCY)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        help="renderer processes, forked after start-up by one that supervises them (default: "
+        "RENDERER_PROCESSES, 1); each has its own browser",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = Settings.from_env()
+    if args.concurrency or args.processes:
+        settings = dataclasses.replace(
+            settings,
+            render_concurrency=args.concurrency or settings.render_concurrency,
+            renderer_processes=args.processes or settings.renderer_processes,
+        )
+        settings.validate()
+    if settings.renderer_processes == 1:
+        configure_logging(settings.log_level, "renderer", settings.log_format, settings.worker_id)
+        return serve(settings)
+    configure_logging(settings.log_level, "renderer", settings.log_format, f"{settings.worker_id}-pool")
+    db.ensure_schema(settings)
+    return run_pool(
+        settings.renderer_processes,
+        lambda index: exit_code_of(
+            "renderer", lambda: serve(pool_member(settings, index), schema_ready=True)
+        ),
+        name_of=lambda index: f"renderer {settings.worker_id}-{index}",
+    )
+
+
+def pool_member(settings: Settings, index: int) -> Settings:
+    member = dataclasses.replace(
+        settings,
+        worker_id=f"{settings.worker_id}-{index}",
+        metrics_port=settings.metrics_port + index if settings.metrics_port else 0,
+    )
+    logging.getLogger().handlers.clear()
+    configure_logging(member.log_level, "renderer", member.log_format, member.worker_id)
+    return member
+
+
+def build_renderer(settings: Settings, engine: RenderEngine, client: object) -> CrawlHandler:
+    """The worker's handler with a browser for its fetch and no response cache."""
+    handler = build_handler(settings, client)  # type: ignore[arg-type]
+    assert isinstance(handler.fetch, HttpFetch)
+    return dataclasses.replace(handler, fetch=RenderFetch(engine, handler.fetch.robots_txt), cache=NoCache())
+
+
+def serve(settings: Settings, *, schema_ready: bool = False) -> int:
+    # One handler thread per page in flight; the writer batches as many rows.
+    settings = dataclasses.replace(settings, fetch_concurrency=settings.render_concurrency)
+    start_metrics_server(settings)
+    if not schema_ready:
+        db.ensure_schema(settings)
+    client = connect_worker_redis(settings)
+    watchdog = Watchdog.start()
+    engine = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
+    handler = build_renderer(settings, engine, client)
+    metrics.BROWSER_RSS_BYTES.set_function(engine.browser_memory_bytes)
+    log.info(
+        "renderer %s starting with %d pages in flight, chromium at %s",
+        settings.worker_id,
+        settings.render_concurrency,
+        settings.chromium_path,
+    )
+    try:
+        with announced(settings):
+            code = run_consumers(
+                settings,
+                "renderer",
+                [Subscription(render_queue(settings.crawl_namespace), 0)],
+                handler,
+                settings.render_concurrency,
+                when_idle=lambda: flush(client),
+                park=handler.parked,
+                when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
+            )
+    finally:
+        if isinstance(handler.store, ResultStore):
+            handler.store.close()
+        if handler.handled is not None:
+            handler.handled.close()
+        engine.close()
+        watchdog.stop()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    log.info(
+        "renderer %s stopped: peak_rss_mb=%.1f cpu_s=%.2f",
+        settings.worker_id,
+        usage.ru_maxrss / 1024,
+        usage.ru_utime + usage.ru_stime,
+    )
+    return code
+
+
+if __name__ == "__main__":
+    run_main("renderer", main)

@@ -1,0 +1,92 @@
+"""What a service and the consumer loop (shared/consumer/runtime.py) hand each other: the queues to
+consume (`Subscription`), each message (`Delivery`), what to do with it (`Outcome`), the
+function that decides (`Handler`) and the flag that stops the loop (`StopEvent`).
+
+Apart from the loop because a service's handler, and its tests, deal in these values alone:
+the loop's threads, its connection and its timer heap are none of their business.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.amqp import broker
+
+
+class StopEvent(threading.Event):
+    """The stop flag of a consumer. Setting it also wakes the connection's thread, which sleeps
+    inside pika rather than on the flag, so that a stop is seen at once and no thread has to
+    wake on a timer to look at the flag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._on_set: list[Callable[[], None]] = []
+
+    def when_set(self, wake: Callable[[], None]) -> None:
+        """Call `wake` on each set() from now on (on the setting thread)."""
+        self._on_set.append(wake)
+
+    def set(self) -> None:
+        super().set()
+        for wake in list(self._on_set):
+            wake()
+
+
+@dataclass(frozen=True)
+class Delivery:
+    queue: str
+    body: bytes
+    headers: Mapping[str, Any]
+    redelivered: bool
+    priority: int = 0
+    memo: Any = field(default=None, compare=False)  # what the handler asked to hold it with
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to do with a delivery: publish these (confirmed), then ack — or reject."""
+
+    publications: tuple[broker.Publication, ...] = ()
+    ack: bool = True
+    requeue: bool = False
+    later: concurrent.futures.Future[Outcome] | None = None  # see `after`
+    hold_s: float | None = None  # see `hold`
+    memo: Any = None
+
+    @classmethod
+    def done(cls) -> Outcome:
+        return cls()
+
+    @classmethod
+    def forward(cls, *publications: broker.Publication) -> Outcome:
+        return cls(publications=publications)
+
+    @classmethod
+    def reject(cls, requeue: bool) -> Outcome:
+        return cls(ack=False, requeue=requeue)
+
+    @classmethod
+    def hold(cls, seconds: float, memo: Any = None) -> Outcome:
+        """Not settled: keep the message unacked here and hand it to the handler again in
+        `seconds`, with `memo` as its Delivery.memo."""
+        return cls(ack=False, hold_s=seconds, memo=memo)
+
+    @classmethod
+    def after(cls, settled: concurrent.futures.Future[Outcome]) -> Outcome:
+        """Decided elsewhere: the outcome `settled` resolves to, from whatever thread. If it
+        fails, the message goes back to its queue when the error is ServiceUnavailable and is
+        dead-lettered otherwise, as when a handler raises."""
+        return cls(later=settled)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    queue: str
+    consumer_priority: int = 0  # the broker offers messages to higher-priority consumers first
+
+
+Handler = Callable[[Delivery], Outcome]

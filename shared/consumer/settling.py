@@ -1,0 +1,108 @@
+"""How the consumer loop (shared/consumer/runtime.py) settles a message: the outcome its handler
+returned is handed back to the connection's thread, which publishes what the outcome asks
+(waiting for each confirm) and only then acks or rejects.
+
+pika is not thread-safe, so the thread that decided an outcome (a handler thread, or the one
+that resolved an `Outcome.after`, such as the worker's database writer) never touches the
+channel: it queues the outcome and wakes the connection's thread, and one wake settles every
+outcome then waiting. Apart from the threads on either side because this is the one way a
+message is acked or rejected: a crash anywhere before it leaves the message unacked, and the
+broker delivers it again.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from shared.amqp import broker
+from shared.consumer.deliveries import Outcome
+from shared.consumer.local_buffer import LocalItem
+from shared.errors import ServiceUnavailable, one_line
+
+# The loop's log lines keep the logger they have always had, whichever of its modules writes
+# them: log filters and alerts select on it (the `logger` of docs/OPERATING.md's JSON logs).
+log = logging.getLogger("shared.consumer")  # the name operators know: kept as the module moved
+
+
+class Settling:
+    """Part of ConsumerRuntime (shared/consumer/runtime.py), whose __init__ sets what is declared here."""
+
+    name: str
+    _connection: Any
+    _channel: Any
+    _publish_channel: Any
+    _ack: Callable[[int], None]
+    _generation: int
+    _unsettled: set[int]
+    _settled: collections.deque[tuple[int, int, Outcome]]
+    _settled_lock: threading.Lock
+
+    # ---- the thread that decided the outcome ------------------------------------------------
+
+    def _hand_back_settled(self, item: LocalItem, settled: concurrent.futures.Future[Outcome]) -> None:
+        """On the thread that resolved `settled`."""
+        error = settled.exception()
+        if error is None:
+            outcome = settled.result()
+        elif isinstance(error, ServiceUnavailable):
+            log.warning("%s: %s; the message goes back to its queue", self.name, one_line(error))
+            outcome = Outcome.reject(requeue=True)
+        else:
+            log.error(
+                "%s failed to finish a message from %s; dead-lettering it",
+                self.name,
+                item.delivery.queue,
+                exc_info=error,
+            )
+            outcome = Outcome.reject(requeue=False)
+        self._hand_back(item, outcome)
+
+    def _hand_back(self, item: LocalItem, outcome: Outcome) -> None:
+        connection = self._connection
+        if connection is None:
+            return
+        with self._settled_lock:
+            first = not self._settled
+            self._settled.append((item.generation, item.tag, outcome))
+        if first:  # otherwise a wake is already on its way
+            # If the connection closed meanwhile, the broker requeues the message by itself.
+            with contextlib.suppress(*broker.CONNECTION_ERRORS):
+                connection.add_callback_threadsafe(self._settle_waiting)
+
+    # ---- the connection's thread ------------------------------------------------------------
+
+    def _settle_waiting(self) -> None:
+        with self._settled_lock:
+            waiting, self._settled = self._settled, collections.deque()
+        for generation, tag, outcome in waiting:
+            self._settle(generation, tag, outcome)
+
+    def _settle(self, generation: int, tag: int, outcome: Outcome) -> None:
+        if generation != self._generation or tag not in self._unsettled:
+            return  # from a closed channel: the broker has requeued it already
+        try:
+            for publication in outcome.publications:
+                broker.publish(self._publish_channel, publication)
+        except broker.PublishFailed as exc:
+            log.warning("%s could not publish (%s); returning the message to its queue", self.name, exc)
+            self._channel.basic_nack(tag, requeue=True)
+        except broker.UNPUBLISHABLE as exc:
+            # Our bug (e.g. a header AMQP cannot encode): dead-letter the original, do not crash-loop.
+            log.error(
+                "%s cannot encode an outgoing message (%s); dead-lettering the original", self.name, exc
+            )
+            self._channel.basic_reject(tag, requeue=False)
+        else:
+            if outcome.ack:
+                # Where pika allows, queued: the acks of one wake go out together on the loop's
+                # next poll, which follows at once (and a close sends queued frames first).
+                self._ack(tag)
+            else:
+                self._channel.basic_reject(tag, requeue=outcome.requeue)
+        self._unsettled.discard(tag)

@@ -1,0 +1,1 @@
+"""PostgreSQL: connections, the schema, and the SQL more than one service runs."""

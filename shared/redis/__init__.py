@@ -1,0 +1,3 @@
+"""Redis: the clients, Cluster mode, error translation, every key, and the state kept there (runs,
+presence).
+"""

@@ -1,0 +1,113 @@
+"""A local site of pages that scripts build, on a loopback address of its own, and a canary: a
+listener on another loopback address that counts every connection made to it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from tests.local_site import QuietHandler
+
+SITE_HOST, CANARY_HOST = "127.0.0.5", "127.0.0.6"  # the tests allow the first, never the second
+
+PAGES = {
+    "/content": """<div id="root"></div><script>
+document.getElementById('root').innerHTML = '<h1>Built</h1><p>content inserted by a script</p>';
+</script>""",
+    "/links": """<div id="app"></div><script>
+const app = document.getElementById('app');
+for (const name of ['content', 'popup']) {
+  const a = document.createElement('a'); a.href = '/' + name; a.textContent = name; app.appendChild(a);
+}
+</script>""",
+    "/unsettled": """<div id="root">never settles</div><script>
+setInterval(() => fetch('/tick?' + Math.random()).catch(() => {}), 100);
+</script>""",
+    "/popup": """<div id="root">opens a popup</div><script>
+window.open('/content'); window.open('/content', '_blank');
+</script>""",
+    "/memory": """<div id="root">allocates</div><script>
+const kept = []; for (;;) { kept.push(new Array(1e6).fill(Math.random())); }
+</script>""",
+    "/away": """<div id="root">leaving</div><script>
+setTimeout(() => { location.href = '/content'; }, 50);
+</script>""",
+    "/hostile": """<div id="root">hostile</div>
+<iframe src="http://CANARY/frame"></iframe><img src="http://CANARY/image.png">
+<script>
+fetch('http://CANARY/xhr').catch(() => {});
+const x = new XMLHttpRequest(); x.open('GET', 'http://CANARY/xhr2'); x.send();
+try { new WebSocket('ws://CANARY/socket'); } catch (e) {}
+setTimeout(() => { location.href = 'http://CANARY/away'; }, 200);
+</script>""",
+}
+
+
+class ScriptHandler(QuietHandler):
+    def do_GET(self) -> None:
+        site: ScriptSite = self.server.site
+        path = self.path.split("?", 1)[0]
+        site.requests.append(path)
+        if path == "/robots.txt":
+            self.send(200, "text/plain", b"User-agent: *\nAllow: /\n")
+        elif path == "/sitemap.xml":
+            urls = "".join(f"<url><loc>{site.url(p)}</loc></url>" for p in site.sitemap_paths)
+            body = f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>'
+            self.send(200, "application/xml", body.encode())
+        elif path == "/tick":
+            self.send(200, "text/plain", b"tick")
+        elif path in PAGES:
+            script = PAGES[path].replace("CANARY", site.canary_address)
+            body = f"<!doctype html><html><head><title>{path[1:]}</title></head><body>{script}</body></html>"
+            self.send(200, "text/html; charset=utf-8", body.encode())
+        else:
+            self.send(404, "text/plain", b"no such page")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser that hangs up is not an error here."""
+
+
+class Canary:
+    """Accepts and counts connections on CANARY_HOST; answers nothing."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server((CANARY_HOST, 0))
+        self.port = self._socket.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._socket.accept()
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+class ScriptSite:
+    def __init__(self, canary: Canary, sitemap_paths: tuple[str, ...] = ()) -> None:
+        self.canary_address = f"{CANARY_HOST}:{canary.port}"
+        self.sitemap_paths = sitemap_paths
+        self.requests: list[str] = []
+        self._server = _Server((SITE_HOST, 0), ScriptHandler)
+        self._server.site = self  # type: ignore[attr-defined]
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://{SITE_HOST}:{self.port}{path}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,102 @@
+"""python -m renderer as a process: a run routed to it by `render = "always"` ends N of N, each
+page as its kind should; then a SIGKILL of the renderer leaves no Chromium process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ops.accounting import account
+from renderer.processes import all_processes, browser_groups, descendants, group_members, read_process
+from shared.postgres import db
+from shared.settings import Settings
+from tests.e2e.conftest import service_env
+from tests.renderer.script_site import SITE_HOST, ScriptSite
+
+pytestmark = [pytest.mark.renderer, pytest.mark.timeout(240)]
+STRAY_GRACE_S = 30.0
+
+
+def rows(settings: Settings, query: str, *params: object) -> dict[object, object]:
+    with db.connect(settings, autocommit=True) as conn:
+        return {key: value for key, value in conn.execute(query, params)}
+
+
+def test_a_rendered_run_is_accounted_and_a_killed_renderer_leaves_no_chromium(
+    settings: Settings, script_site: ScriptSite, tmp_path: Path
+) -> None:
+    db.ensure_schema(settings)
+    routing = tmp_path / "routing.toml"
+    routing.write_text('[[rule]]\nrender = "always"\n', encoding="utf-8")
+    env = service_env(
+        settings,
+        FETCH_ALLOWLIST=f"{SITE_HOST}/32",
+        ROUTING_FILE=str(routing),
+        RENDER_DEADLINE_S="6",
+        RENDER_CONCURRENCY="3",
+        MAX_ATTEMPTS="2",
+    )
+    logs = (tmp_path / "renderer.log").open("w")
+    renderer = subprocess.Popen([sys.executable, "-m", "renderer"], env=env, stdout=logs, stderr=logs)
+    dlq = subprocess.Popen([sys.executable, "-m", "dlq_consumer"], env=env, stdout=logs, stderr=logs)
+    try:
+        produced = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "producer",
+                "--run-id",
+                "r1",
+                "--sitemap",
+                script_site.url("/sitemap.xml"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        assert json.loads(produced.stdout)["enqueued_total"] == 6
+        deadline = time.monotonic() + 150
+        while (accounting := account(settings, "r1")).accounted < 6:
+            assert time.monotonic() < deadline, (tmp_path / "renderer.log").read_text()
+            assert renderer.poll() is None, (tmp_path / "renderer.log").read_text()
+            time.sleep(0.5)
+        assert accounting.accounted == 6  # N of N
+        texts = rows(settings, "SELECT url, body_text FROM pages WHERE run_id = %s", "r1")
+        assert "content inserted by a script" in str(texts[script_site.url("/content")])
+        assert "never settles" in str(texts[script_site.url("/unsettled")])
+        assert "opens a popup" in str(texts[script_site.url("/popup")])
+        assert "content inserted by a script" in str(texts[script_site.url("/away")])  # where it went
+        links = rows(settings, "SELECT url, links FROM pages WHERE run_id = %s", "r1")[
+            script_site.url("/links")
+        ]
+        assert script_site.url("/popup") in str(links)
+        dead = rows(settings, "SELECT url, reason FROM dead_letters WHERE run_id = %s", "r1")
+        assert dead == {script_site.url("/memory"): "render_crashed"}
+
+        groups = browser_groups(renderer.pid)
+        assert groups, "the renderer runs a browser"
+        members = {(p.pid, p.started) for group in groups for p in group_members(group)}
+        watchdogs = [p.pid for p in descendants(renderer.pid) if "renderer.watchdog" in p.command]
+        assert members
+        os.kill(renderer.pid, signal.SIGKILL)
+        renderer.wait(timeout=10)
+        deadline = time.monotonic() + STRAY_GRACE_S
+        while left := [p for p in all_processes() if (p.pid, p.started) in members or p.pgid in groups]:
+            assert time.monotonic() < deadline, f"Chromium processes left: {left}"
+            time.sleep(0.5)
+        assert watchdogs and all(read_process(pid) is None for pid in watchdogs)  # its work done
+    finally:
+        for process in (renderer, dlq):
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+        logs.close()

@@ -1,0 +1,3 @@
+"""Fetching a URL: the HTTP fetcher, the verdict on an answer, the response type, the response
+cache.
+"""

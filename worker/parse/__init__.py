@@ -1,0 +1,1 @@
+"""Parsing a page: decoding, the fields we store, the parse budget, extraction profiles."""

@@ -1,0 +1,3 @@
+"""How hard the worker presses on a domain: the gate, its configuration, the shared rate limit in
+Redis, robots.txt.
+"""

@@ -1,0 +1,202 @@
+"""The Lua scripts RateLimiter (worker/politeness/ratelimit.py) runs in Redis, one for each decision it
+makes atomically: reserve a slot, clear a send (a held slot's together with its concurrency
+lease), space the next send from now, pause, slow down, speed up.
+
+They are apart from the limiter's Python because they are read on their own terms, against the
+keys and arguments each one's comment lays out; RateLimiter only packs those and reads the
+replies. Redis caches a script by the SHA of its text, so any edit here, whitespace included,
+makes a new script.
+"""
+
+from __future__ import annotations
+
+# KEYS  1 TAT (µs of the server clock)  2 pause  3 backoff hash  4 inflight leases  5 latest send
+# ARGV  1 emission interval µs (1e6 / rate)  2 burst tolerance µs  3 longest acceptable wait µs
+#       4 concurrency cap (0 = none)  5 lease length µs after the wait  6 lease id
+#       7 longest wait µs that takes a lease: a slot further off is reserved without one (and
+#         unchecked against the cap), for a caller that holds its URL and takes the lease when
+#         it sends (CLEAR_HELD_LUA); waiting, it is not in flight
+# Returns {reserved 0|1, wait µs, reason, backoff multiplier, cleared 0|1}. Refused
+# reservations write nothing. A slot due at once also gets the clear-to-send check below, in
+# the same call, with the (stretched) interval as the spacing: cleared=1 means it is recorded
+# as sent, saving the caller a second round trip on most requests. Numbers leave Lua
+# truncated to integers, and tostring() keeps 14 digits only, so large numbers are formatted
+# with %.0f.
+RESERVE_LUA = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local multiplier = tonumber(redis.call('HGET', KEYS[3], 'm') or '1')
+local interval = tonumber(ARGV[1]) * multiplier
+local tolerance = tonumber(ARGV[2]) * multiplier
+local max_wait = tonumber(ARGV[3])
+local cap = tonumber(ARGV[4])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then
+  tat = now
+end
+local start = tat - tolerance
+local reason = 'rate'
+local pause_ms = redis.call('PTTL', KEYS[2])
+if pause_ms > 0 then
+  local pause_end = now + pause_ms * 1000
+  if pause_end > start then
+    start = pause_end
+    reason = 'paused'
+  end
+  if pause_end > tat then
+    tat = pause_end
+  end
+end
+local wait = start - now
+if wait < 0 then
+  wait = 0
+end
+if wait > max_wait then
+  return {0, math.ceil(wait), reason, tostring(multiplier)}
+end
+if cap > 0 and wait > tonumber(ARGV[7]) then
+  cap = 0
+end
+if cap > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now))
+  if redis.call('ZCARD', KEYS[4]) >= cap then
+    return {0, math.ceil(wait), 'busy', tostring(multiplier)}
+  end
+end
+local new_tat = tat + interval
+-- Once the TAT is in the past the key means nothing, so let it expire then; idle
+-- domains vanish.
+local ttl_ms = math.ceil((new_tat - now) / 1000) + 1
+redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', ttl_ms)
+if cap > 0 then
+  local expires = now + wait + tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[4], string.format('%.0f', expires), ARGV[6])
+  local lease_ms = math.ceil((expires - now) / 1000) + 1
+  if redis.call('PTTL', KEYS[4]) < lease_ms then
+    redis.call('PEXPIRE', KEYS[4], lease_ms)
+  end
+end
+local cleared = 0
+if wait <= 0 then
+  local due = tonumber(redis.call('GET', KEYS[5]) or '0') + interval
+  if now >= due then
+    redis.call('SET', KEYS[5], string.format('%.0f', now), 'PX', math.ceil(interval / 1000) + 1)
+    cleared = 1
+  end
+end
+return {1, math.ceil(wait), 'ok', tostring(multiplier), cleared}
+"""
+
+# KEYS 1 latest send (µs)  2 pause   ARGV 1 least spacing µs  2 how far ahead a send may be
+# cleared µs. The part both send checks below share: refused while the domain is paused, or
+# while the previous request went out less than the spacing ago, unless what is left of the
+# spacing is within the second argument; leaves `now`, `spacing` and `wait` (what is left) set.
+_PAUSE_AND_SPACING_LUA = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local pause_ms = redis.call('PTTL', KEYS[2])
+if pause_ms > 0 then
+  return {0, pause_ms * 1000, 'paused'}
+end
+local spacing = tonumber(ARGV[1])
+local wait = tonumber(redis.call('GET', KEYS[1]) or '0') + spacing - now
+if wait <= 0 then
+  wait = 0
+elseif wait > tonumber(ARGV[2]) then
+  return {0, math.ceil(wait), 'spacing'}
+end
+"""
+# The send, recorded at the moment it may go: now, or `wait` from now.
+_RECORD_SEND_LUA = """
+redis.call('SET', KEYS[1], string.format('%.0f', now + wait), 'PX', math.ceil((wait + spacing) / 1000) + 1)
+"""
+# The last word before a request leaves. ARGV 2 is 0: cleared only for now.
+# Returns {cleared 0|1, wait µs, reason}.
+CLEAR_TO_SEND_LUA = (
+    _PAUSE_AND_SPACING_LUA
+    + _RECORD_SEND_LUA
+    + """
+return {1, 0, 'ok'}
+"""
+)
+
+# KEYS 1 latest send (µs)  2 pause  3 inflight leases   ARGV 1 least spacing µs  2 how far
+# ahead it may be cleared µs  3 cap (0 = none)  4 lease length µs  5 lease id. The send of a
+# slot reserved ahead: the clear-to-send check above, and the concurrency lease the
+# reservation left for now, in one step; nothing is written unless both pass. Cleared with a
+# wait, the caller sleeps that long and sends. Returns {cleared 0|1, wait µs, reason}.
+CLEAR_HELD_LUA = (
+    _PAUSE_AND_SPACING_LUA
+    + """
+local cap = tonumber(ARGV[3])
+if cap > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
+  if redis.call('ZCARD', KEYS[3]) >= cap then
+    return {0, 0, 'busy'}
+  end
+  local expires = now + wait + tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[3], string.format('%.0f', expires), ARGV[5])
+  local lease_ms = math.ceil((expires - now) / 1000) + 1
+  if redis.call('PTTL', KEYS[3]) < lease_ms then
+    redis.call('PEXPIRE', KEYS[3], lease_ms)
+  end
+end
+"""
+    + _RECORD_SEND_LUA
+    + """
+return {1, math.ceil(wait), 'ok'}
+"""
+)
+
+# KEYS 1 latest send (µs)   ARGV 1 least spacing µs. The latest send moves up to now, if it is
+# earlier, so the next request is spaced from now: from an answer, or from a send that left late.
+SPACE_FROM_NOW_LUA = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+if tonumber(redis.call('GET', KEYS[1]) or '0') < now then
+  redis.call('SET', KEYS[1], string.format('%.0f', now), 'PX', math.ceil(tonumber(ARGV[1]) / 1000) + 1)
+  return 1
+end
+return 0
+"""
+
+# KEYS 1 pause   ARGV 1 pause length ms. A pause only ever grows: a shorter Retry-After
+# from a concurrent answer must not cut a longer one short.
+PAUSE_LUA = """
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS 1 backoff hash   ARGV 1 base interval µs  2 largest multiplier  3 memory ms
+# Answers to requests that were already in flight report the same overload, so the
+# multiplier doubles at most once per (stretched) interval.
+SLOW_DOWN_LUA = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local m = tonumber(redis.call('HGET', KEYS[1], 'm') or '1')
+local at = tonumber(redis.call('HGET', KEYS[1], 'at') or '0')
+if now - at >= tonumber(ARGV[1]) * m then
+  m = math.min(m * 2, tonumber(ARGV[2]))
+  redis.call('HSET', KEYS[1], 'm', tostring(m), 'at', string.format('%.0f', now))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return tostring(m)
+"""
+
+# KEYS 1 backoff hash   ARGV 1 decay factor. Back at (about) 1, the key goes.
+SPEED_UP_LUA = """
+local m = tonumber(redis.call('HGET', KEYS[1], 'm') or '1')
+if m <= 1 then
+  return '1'
+end
+m = m * tonumber(ARGV[1])
+if m <= 1.01 then
+  redis.call('DEL', KEYS[1])
+  return '1'
+end
+redis.call('HSET', KEYS[1], 'm', tostring(m))
+return tostring(m)
+"""
