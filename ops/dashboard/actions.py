@@ -27,12 +27,13 @@ from ops import runs
 from ops.dashboard.data import RunLookup
 from ops.dashboard.deadletters import dry_run
 from ops.dashboard.text import short_error, whole
-from shared import broker, db
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
 from shared.errors import PipelineError
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import CANCELLED
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.runstate import CANCELLED
 from shared.settings import Settings
-from shared.topology import build_topology
 
 log = logging.getLogger(__name__)
 

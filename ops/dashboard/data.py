@@ -1,6 +1,6 @@
 """Read models of the runs and of one run, built on what the CLIs already read: ops.status.gather
 (queues, activity, workers, a run's figures and counters), ops.accounting, shared.runstate and
-shared.copies. The few queries added here are bounded: LIMITed, over an indexed time window, or
+ops.copies. The few queries added here are bounded: LIMITed, over an indexed time window, or
 both. Nothing here writes."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from typing import Any
 import psycopg
 import redis
 
+from ops.copies import Copies
 from ops.dashboard.text import short_error, whole
 from ops.runs import held_count
 from ops.status import gather, run_prefix
-from shared import db
-from shared.copies import Copies
-from shared.keys import Keys
+from shared.postgres import db
 from shared.progress import Snapshot, eta_s
-from shared.redis_client import GLANCE, connect_redis
-from shared.redis_errors import translate_redis_errors
-from shared.runstate import CANCELLED, PAUSED, held_queue, read_state, recorded_enqueued
+from shared.redis.client import GLANCE, connect_redis
+from shared.redis.errors import translate_redis_errors
+from shared.redis.keys import Keys
+from shared.redis.runstate import CANCELLED, PAUSED, held_queue, read_state, recorded_enqueued
 from shared.settings import Settings
 
 RUNS_LIMIT = 50

@@ -15,9 +15,9 @@ from psycopg.rows import class_row
 from dlq_consumer import store
 from dlq_consumer.record import DeadLetterRecord
 from ops.dashboard.text import short_error, whole
-from shared import db
 from shared.errors import ConfigError, DecodeError
 from shared.messages import CrawlTask
+from shared.postgres import db
 from shared.settings import Settings
 
 PAGE_SIZE = 50

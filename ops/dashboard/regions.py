@@ -18,9 +18,9 @@ from ops.dashboard import data, deadletters, workers
 from ops.dashboard.config import DashboardSettings
 from ops.dashboard.text import linkable, short_error
 from ops.status import gather
+from shared.amqp.topology import queue_role
 from shared.progress import duration
 from shared.settings import Settings, redact
-from shared.topology import queue_role
 
 TEMPLATES = Path(__file__).parent / "templates"
 MANAGEMENT_CACHE_S = 5.0  # RabbitMQ refreshes its figures every 5 s anyway

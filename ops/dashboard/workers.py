@@ -10,9 +10,9 @@ import redis
 
 from ops.dashboard.data import iso
 from ops.dashboard.text import whole
-from shared import db
-from shared.presence import PRESENCE_TTL_S, live_workers
-from shared.redis_client import GLANCE, connect_redis
+from shared.postgres import db
+from shared.redis.client import GLANCE, connect_redis
+from shared.redis.presence import PRESENCE_TTL_S, live_workers
 from shared.settings import Settings
 
 GONE_WINDOW = "1 hour"

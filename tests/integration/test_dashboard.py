@@ -20,13 +20,14 @@ from dlq_consumer.replay import replay
 from ops.accounting import account
 from ops.dashboard.text import whole
 from ops.status import gather
-from shared import broker, db
-from shared.keys import Keys
+from shared.amqp import broker
+from shared.amqp.topology import build_topology
 from shared.messages import CrawlTask
-from shared.redis_client import OPERATOR, connect_redis
-from shared.runstate import PAUSED, RUNNING, held_queue, read_state
+from shared.postgres import db
+from shared.redis.client import OPERATOR, connect_redis
+from shared.redis.keys import Keys
+from shared.redis.runstate import PAUSED, RUNNING, held_queue, read_state
 from shared.settings import Settings
-from shared.topology import build_topology
 from tests.dashboard_server import Served, served
 
 pytestmark = pytest.mark.integration
