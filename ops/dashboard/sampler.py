@@ -23,6 +23,7 @@ from typing import Any
 import anyio.to_thread
 
 from ops.dashboard.text import short_error
+from shared.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ MAX_SCOPES = 20
 STRETCH = 10.0  # the interval is at least this many times the last sample's duration
 
 
-class TooManyScopes(Exception):
+class TooManyScopes(PipelineError):
     """More distinct live views than MAX_SCOPES at once."""
 
 

@@ -193,7 +193,7 @@ async def login_page(request: Request) -> Response:
         "login.html",
         {
             "next": safe_next(request.query_params.get("next"), dash),
-            "error": None,
+            "login_error": None,
         },
     )
 
@@ -213,7 +213,7 @@ async def login(request: Request) -> Response:
             dash,
             request,
             "login.html",
-            {"next": target, "error": message},
+            {"next": target, "login_error": message},
             401,
         )
     dash.throttle.succeeded(client)
