@@ -22,6 +22,7 @@ COPY renderer ./renderer
 RUN pip install '.[dashboard]' && rm -rf /src
 
 # The services need no privileges; a fixed uid keeps file ownership predictable on volumes.
-RUN useradd --create-home --uid 10001 --user-group crawler
+RUN useradd --create-home --uid 10001 --user-group crawler \
+    && mkdir -p /var/lib/crawl/warc && chown crawler:crawler /var/lib/crawl/warc
 USER crawler
 WORKDIR /home/crawler

@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 VENV_LATEST ?= .venv-latest
 PY_LATEST := $(VENV_LATEST)/bin/python
+# pywb, the replay tool the WARC replay check serves crawled pages with (tests/e2e/test_warc_replay.py),
+# in a virtualenv of its own: it pins redis 2.10, which the pipeline's redis>=5 cannot live beside.
+VENV_REPLAY ?= .venv-replay
 # make crawl / make demo: worker processes, forked by one pool (ops/crawl_workers.py), each with
 # FETCH_CONCURRENCY (24) fetches in flight: the layout the benchmark found fastest (docs/PERFORMANCE.md).
 WORKERS ?= 4
@@ -15,11 +18,11 @@ FAULTS_SIZE ?= small
 DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
-.PHONY: all install demo crawl dashboard test test-browser test-latest test-renderer unit integration e2e faults bench bench-politeness lint typecheck up down \
+.PHONY: all install replay-install demo crawl dashboard test test-browser test-latest test-renderer unit integration e2e faults bench bench-politeness lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
-	deep-up deep-down bench-deep
+	deep-up deep-down bench-deep bench-warc
 
 all: lint typecheck test
 
@@ -30,6 +33,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+$(VENV_REPLAY)/.installed:
+	$(PYTHON) -m venv $(VENV_REPLAY)
+	$(VENV_REPLAY)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_REPLAY)/bin/python -m pip install --quiet 'pywb>=2.8,<3'
+	touch $@
+
+replay-install: $(VENV_REPLAY)/.installed
 
 # Serve the bundled demo site on 127.0.0.2-4, crawl it with a pool of WORKERS workers, print the accounting.
 demo: install
@@ -51,9 +62,9 @@ dashboard: install
 # Unit, integration and end-to-end tests. Never stops or restarts a service (the fault scenarios
 # are `make faults`). First turns on the RabbitMQ management API if it is off, which is not a
 # restart: some tests read queue arguments and figures from it, and skip saying why without it.
-test: install
+test: install replay-install
 	$(PY) -m tests.prepare
-	$(PY) -m pytest
+	PYWB_WAYBACK=$(abspath $(VENV_REPLAY))/bin/wayback $(PY) -m pytest
 
 # The dashboard in a real browser: Playwright for Python (the `browser` extra) driving the
 # system's chromium (`apt-get install chromium`; .ci/run does it when missing), never a browser
@@ -80,8 +91,8 @@ unit: install
 integration: install
 	$(PY) -m pytest -m integration
 
-e2e: install
-	$(PY) -m pytest -m e2e
+e2e: install replay-install
+	PYWB_WAYBACK=$(abspath $(VENV_REPLAY))/bin/wayback $(PY) -m pytest -m e2e
 
 # The renderer's tests, which drive Chromium (CHROMIUM_PATH, /usr/bin/chromium by default; .ci/run
 # installs Debian's): kept out of `make test`, which must pass on a machine without a browser.
@@ -121,6 +132,12 @@ faults-rabbitmq-cluster: install
 bench: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.perf
+	$(PY) -m bench.warc_cost
+
+# What WARC_DIR costs (docs/WARC.md): own CPU a page on and off on real pages, bytes on disk a
+# page, and warcio against FastWARC and our own writer. A few minutes; make bench runs it too.
+bench-warc: install
+	$(PY) -m bench.warc_cost
 
 # What waiting for a polite slot costs (docs/POLITENESS.md): 200 pages of one host at 2/s with 3
 # and with 12 workers, each paired with the same crawl unbound, and Scrapy crawling the same pages
@@ -197,11 +214,11 @@ redis-cluster-down:
 # Crawls against that cluster: the pipeline with exact accounting, then a primary killed mid-crawl.
 faults-redis-cluster: install redis-cluster-up
 	$(PY) -m tests.prepare
-	$(PY) -m pytest -m cluster tests/integration/test_redis_cluster_pipeline.py tests/faults_cluster/test_redis_cluster.py; \
+	$(PY) -m pytest -m cluster tests/cluster/test_redis_cluster_pipeline.py tests/faults_cluster/test_redis_cluster.py; \
 		status=$$?; deploy/local/redis-cluster.sh down; exit $$status
 
 # Every cluster scenario: the RabbitMQ cluster's, then the Redis Cluster's.
 faults-cluster: faults-rabbitmq-cluster faults-redis-cluster
 
 clean:
-	rm -rf $(VENV) $(VENV_LATEST) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_LATEST) $(VENV_REPLAY) .pytest_cache .mypy_cache .ruff_cache

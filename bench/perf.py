@@ -195,13 +195,14 @@ def run_pipeline(
     timeout_s: float = 900,
     *,
     site: SiteProcess | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> Result:
     """Start the dead-letter consumer and workers, run the producer, wait until every URL is
     accounted. The workers are laid out as `make crawl WORKERS=N` lays them out
     (ops/crawl_workers.py: one `python -m worker --processes N`), with `concurrency` fetches in
     flight each, or with None what `make crawl` gives them."""
     name = f"bench{secrets.token_hex(4)}"
-    env = pipeline_env(name, concurrency)
+    env = pipeline_env(name, concurrency, **(extra_env or {}))
     settings = Settings.from_env(env)
     run_log = log_dir / name
     run_log.mkdir(parents=True)

@@ -4,8 +4,10 @@ because that is where outcomes are committed before any message is acked."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import psycopg
 
@@ -13,26 +15,54 @@ from shared.errors import ServiceUnavailable
 from shared.postgres import db
 from shared.settings import Settings
 
-PAGE_TOTALS = """
-SELECT count(*), count(*) FILTER (WHERE from_cache), count(*) FILTER (WHERE failed_attempts > 0),
-       coalesce(sum(failed_attempts), 0), count(*) FILTER (WHERE writes > 1)
-FROM pages WHERE run_id = %s
-"""
-DEAD_BY_REASON = """
-SELECT reason, count(*), coalesce(sum(greatest(attempts - 1, 0)), 0)
-FROM dead_letters WHERE run_id = %s AND state = 'dead' GROUP BY reason ORDER BY reason
-"""
-SKIPS_BY_REASON = "SELECT reason, count(*) FROM skips WHERE run_id = %s GROUP BY reason ORDER BY reason"
-ACCOUNTED = """
-SELECT (SELECT count(*) FROM pages WHERE run_id = %(run_id)s)
-     + (SELECT count(*) FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead')
-     + (SELECT count(*) FROM skips WHERE run_id = %(run_id)s)
+# Every figure comes from run_counters (shared/postgres/schema.sql), which triggers keep in the same
+# transaction as the rows they count: a run's figures cost a few index lookups whatever its
+# size, where count(*) over its rows grew with it (about 1 s at 1,000,000 pages).
+COUNTERS = """
+SELECT kind, reason, sum(n), sum(from_cache), sum(after_retry), sum(retries), sum(rewritten)
+FROM run_counters WHERE run_id = %s GROUP BY kind, reason HAVING sum(n) <> 0 OR sum(retries) <> 0
+ORDER BY kind, reason
 """
 OUTCOMES = """
-SELECT (SELECT count(*) FROM pages WHERE run_id = %(run_id)s),
-       (SELECT count(*) FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead'),
-       (SELECT count(*) FROM skips WHERE run_id = %(run_id)s)
+SELECT coalesce(sum(n) FILTER (WHERE kind = 'page'), 0)::bigint,
+       coalesce(sum(n) FILTER (WHERE kind = 'dead'), 0)::bigint,
+       coalesce(sum(n) FILTER (WHERE kind = 'skip'), 0)::bigint
+FROM run_counters WHERE run_id = %(run_id)s AND kind IN ('page', 'dead', 'skip')
 """
+ACCOUNTED = f"SELECT o.stored + o.dead + o.skipped FROM ({OUTCOMES}) AS o (stored, dead, skipped)"
+# The runs with the latest activity, newest first, keyset-paged on last_activity (`before`).
+LATEST_RUNS = """
+SELECT run_id, coalesce(sum(n) FILTER (WHERE kind = 'page'), 0)::bigint,
+       coalesce(sum(n) FILTER (WHERE kind = 'dead'), 0)::bigint,
+       coalesce(sum(n) FILTER (WHERE kind = 'skip'), 0)::bigint, max(last_at)
+FROM run_counters WHERE kind IN ('page', 'dead', 'skip')
+GROUP BY run_id HAVING max(last_at) IS NOT NULL AND max(last_at) < %(before)s
+ORDER BY max(last_at) DESC, run_id LIMIT %(limit)s
+"""
+FAR_FUTURE = datetime.datetime.max.replace(tzinfo=datetime.UTC)
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """A run's outcomes so far, for a list of runs."""
+
+    run_id: str
+    stored: int
+    dead: int
+    skipped: int
+    last_activity: datetime.datetime
+
+    @property
+    def accounted(self) -> int:
+        return self.stored + self.dead + self.skipped
+
+
+def latest_runs(
+    conn: psycopg.Connection[Any], limit: int = 50, before: datetime.datetime | None = None
+) -> list[RunTotals]:
+    """Up to `limit` runs, latest activity first; `before` (a run's last_activity) pages on."""
+    rows = conn.execute(LATEST_RUNS, {"before": before or FAR_FUTURE, "limit": limit}).fetchall()
+    return [RunTotals(str(r), int(p), int(d), int(s), t) for r, p, d, s, t in rows]
 
 
 @dataclass(frozen=True)
@@ -61,15 +91,24 @@ class Accounting:
 
 def account(settings: Settings, run_id: str) -> Accounting:
     with db.translate(settings), db.connect(settings, autocommit=True) as conn:
-        row = conn.execute(PAGE_TOTALS, (run_id,)).fetchone()
-        assert row is not None
-        stored, cached, after_retry, page_retries, rewritten = (int(v) for v in row)  # type: ignore[call-overload]
-        dead: dict[str, int] = {}
-        dead_retries = 0
-        for reason, count, retries in conn.execute(DEAD_BY_REASON, (run_id,)):
-            dead[str(reason)] = int(count)  # type: ignore[call-overload]
-            dead_retries += int(retries)  # type: ignore[call-overload]
-        skips = {str(r): int(c) for r, c in conn.execute(SKIPS_BY_REASON, (run_id,))}  # type: ignore[call-overload]
+        return account_on(conn, run_id)
+
+
+def account_on(conn: psycopg.Connection[Any], run_id: str) -> Accounting:
+    """account() over a connection the caller holds."""
+    pages = (0, 0, 0, 0, 0)
+    dead: dict[str, int] = {}
+    skips: dict[str, int] = {}
+    dead_retries = 0
+    for kind, reason, n, cached, after_retry, retries, rewritten in conn.execute(COUNTERS, (run_id,)):
+        if kind == "page":
+            pages = (int(n), int(cached), int(after_retry), int(retries), int(rewritten))
+        elif kind == "dead":
+            dead[str(reason)] = int(n)
+            dead_retries += int(retries)
+        elif kind == "skip":
+            skips[str(reason)] = int(n)
+    stored, cached, after_retry, page_retries, rewritten = pages
     return Accounting(
         run_id=run_id,
         stored=stored,
@@ -77,8 +116,8 @@ def account(settings: Settings, run_id: str) -> Accounting:
         stored_after_retry=after_retry,
         rewritten_rows=rewritten,
         retries=page_retries + dead_retries,
-        dead_by_reason=dead,
-        skips_by_reason=skips,
+        dead_by_reason={r: n for r, n in dead.items() if n},
+        skips_by_reason={r: n for r, n in skips.items() if n},
     )
 
 

@@ -14,10 +14,8 @@ first. Credentials never appear: URLs are redacted, proxies shown by host and po
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from typing import IO
 
@@ -78,9 +76,8 @@ def checks_for(settings: Settings) -> list[Check]:
         ("politeness", lambda: _politeness(settings)),
         ("profiles", lambda: _profiles(settings)),
     ]
-    warc_dir = str(getattr(settings, "warc_dir", "") or os.environ.get("WARC_DIR", ""))
-    if warc_dir:
-        checks.append(("warc_dir", lambda: _writable(warc_dir)))
+    if settings.warc_dir:
+        checks.append(("warc_dir", lambda: _warc_dir(settings.warc_dir)))
     return checks
 
 
@@ -157,15 +154,11 @@ def _profiles(settings: Settings) -> str:
     return settings.extraction_profiles_file
 
 
-def _writable(directory: str) -> str:
-    if not os.path.isdir(directory):
-        raise ConfigError(f"WARC_DIR: {directory!r} is not a directory")
-    try:
-        handle, path = tempfile.mkstemp(prefix=".check-", dir=directory)
-    except OSError as exc:
-        raise ConfigError(f"WARC_DIR: cannot write in {directory!r} ({exc.strerror or exc})") from None
-    os.close(handle)
-    os.unlink(path)
+def _warc_dir(directory: str) -> str:
+    """The worker's own check at its start: a folder, writable, with room."""
+    from worker.warc.archive import check_directory
+
+    check_directory(directory)
     return f"{directory} is writable"
 
 

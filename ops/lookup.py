@@ -34,6 +34,7 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import InvalidURL, canonicalize, domain_of, fingerprint
 from worker.politeness.config import PolitenessConfig
+from worker.politeness.ratelimit import rate_fraction
 from worker.politeness.robots import RobotsEntry, RobotsRules, product_token
 
 Line = tuple[str, str]  # (what, its value)
@@ -149,17 +150,20 @@ def _domain(
     settings: Settings, client: redis.Redis, keys: Keys, domain: str, url: str, now_us: int
 ) -> list[Line]:
     rate = PolitenessConfig.from_settings(settings).policy_for(domain).rate_limit_rps
-    multiplier = client.hget(keys.backoff(domain), "m")
+    slowdown = {_text(k): _text(v) for k, v in client.hgetall(keys.backoff(domain)).items()}
     tat = client.get(keys.rate(domain))
     pause_ms = int(client.pttl(keys.pause(domain)))
     inflight = int(client.zcount(keys.inflight(domain), now_us, "+inf"))
     next_slot = max(0.0, (int(tat) - now_us) / 1e6) if tat is not None else 0.0
-    backoff = float(multiplier) if multiplier is not None else 1.0
+    if "wmax" in slowdown:
+        since_s = now_us / 1e6 - int(slowdown.get("at", "0")) / 1e6
+        w0 = float(slowdown["w0"]) if "w0" in slowdown else None
+        share = rate_fraction(float(slowdown["wmax"]), since_s, settings.rate_recovery_s, w0)
+        why = f", slowed after {slowdown.get('why', '?')} {since_s:.0f} s ago"
+    else:
+        share, why = 1.0, ""
     lines: list[Line] = [
-        (
-            "rate",
-            f"{rate:g}/s configured, backoff x{backoff:g}: {rate / backoff:g}/s ({keys.backoff(domain)})",
-        ),
+        ("rate", f"{rate:g}/s configured, now {rate * share:.3g}/s{why} ({keys.backoff(domain)})"),
         ("next slot", f"in {next_slot:.3f} s ({keys.rate(domain)})"),
         ("pause", f"{pause_ms / 1000:.1f} s left ({keys.pause(domain)})" if pause_ms > 0 else "none"),
         ("in flight", f"{inflight} ({keys.inflight(domain)})"),
@@ -177,6 +181,10 @@ def _domain(
         left_s = max(0, int(client.pttl(keys.robots(domain)))) / 1000
         lines.append(("robots", f"{verdict}, trusted {left_s:.0f} s more ({keys.robots(domain)})"))
     return lines
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ DELETE_ROWS = (
     "DELETE FROM dead_letters WHERE run_id = %(run)s",
     "DELETE FROM skips WHERE run_id = %(run)s",
 )
+# Its counters (run_counters: the triggers leave them at zero once the rows are gone), so that
+# the run leaves the runs list too.
+DELETE_COUNTERS = "DELETE FROM run_counters WHERE run_id = %(run)s"
 KEYS_A_BATCH = 500
 
 
@@ -52,6 +55,7 @@ def run_keys_patterns(keys: Keys, run_id: str) -> list[str]:
         keys.run_stats(run),
         keys.run_state(run),
         keys.run_seeded(run),
+        keys.run_producing(run),
         keys.producer_heartbeat(run, "*"),
         keys.producer_heartbeat(run, "*", "??"),  # one per bucket group on a Redis Cluster
         keys.seen(run, "??") + "*",  # the run's 65,536 dedup hashes
@@ -77,6 +81,7 @@ def delete_run(settings: Settings, client: redis.Redis, keys: Keys, run_id: str,
     db.ensure_schema(settings)
     with db.translate(settings), db.connect(settings) as conn:
         rows = sum(conn.execute(statement, {"run": run_id}).rowcount for statement in DELETE_ROWS)
+        conn.execute(DELETE_COUNTERS, {"run": run_id})
         conn.commit()
     return Deleted(rows, _delete_keys(client, keys, run_id), deleted_held)
 

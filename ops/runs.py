@@ -31,9 +31,10 @@ import pika.exceptions
 import redis
 from pika.adapters.blocking_connection import BlockingChannel
 
-from ops.accounting import account
+from ops.accounting import account, account_on
 from ops.copies import Copies
 from ops.run_delete import delete_run
+from ops.run_progress import run_progress
 from shared.amqp import broker
 from shared.amqp.topology import CLASSIC_QUEUE_ARGUMENTS, work_exchange
 from shared.cli import configure_logging, run_main
@@ -146,14 +147,15 @@ def list_runs(settings: Settings, client: redis.Redis, keys: Keys, out: IO[str])
         f"{'run':<32} {'state':<9} {'enqueued':>9} {'stored':>8} {'dead':>6} {'skipped':>8} {'left':>8}",
         file=out,
     )
-    for run_id in runs:
-        a = account(settings, run_id)
-        enqueued = recorded_enqueued(client, keys, run_id)
-        print(
-            f"{run_id:<32} {read_state(client, keys, run_id):<9} {enqueued:>9} {a.stored:>8} "
-            f"{a.dead:>6} {a.skipped:>8} {max(0, enqueued - a.accounted):>8}",
-            file=out,
-        )
+    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+        for run_id in runs:
+            a = account_on(conn, run_id)
+            enqueued = recorded_enqueued(client, keys, run_id)
+            print(
+                f"{run_id:<32} {read_state(client, keys, run_id):<9} {enqueued:>9} {a.stored:>8} "
+                f"{a.dead:>6} {a.skipped:>8} {max(0, enqueued - a.accounted):>8}",
+                file=out,
+            )
     if not runs:
         print(f"(no runs under REDIS_PREFIX={settings.redis_prefix!r})", file=out)
     return 0
@@ -175,6 +177,7 @@ def show_run(
         f"  skipped        {a.skipped:8d}   ({skips})\n"
         f"  not yet done   {max(0, enqueued - a.accounted):8d}   ({held} held in "
         f"{held_queue(settings.crawl_namespace, run_id)})"
+        + f"\n  {'progress':<13}{run_progress(settings, run_id, keys.prefix).line()}"
         + "".join(
             f"\n{line}" for line in Copies.from_counters(recorded_counters(client, keys, run_id)).lines(15)
         ),

@@ -32,13 +32,17 @@ import psycopg
 import redis
 
 from ops import management
-from ops.accounting import account
+from ops.accounting import account_on
+from ops.accounting import latest_runs as latest_run_totals
 from ops.activity import recent_activity
 from ops.copies import Copies
 from ops.management import HttpGet
+from ops.run_progress import ProgressReader
+from ops.status_politeness import politeness_figures, proxy_health
 from ops.status_view import CLEAR_SCREEN, clip, frame, render
 from shared.amqp import broker
 from shared.amqp.topology import (
+    CONTROL,
     DEAD,
     PARKED,
     build_topology,
@@ -70,26 +74,13 @@ KNOWN_PREFIXES = ("crawl", "demo")
 # Without the management API, retry queues are found by name: those of the settings, of the
 # default RETRY_DELAYS_S and of `make demo` (ops/crawl.py), whichever exist.
 KNOWN_RETRY_DELAYS_S = (0.5, 1.0, 5.0, 30.0)
-ROLE_ORDER = ("work", DEAD, PARKED, "retry", "defer", "held")
+ROLE_ORDER = ("work", DEAD, PARKED, CONTROL, "retry", "defer", "held")
 _DELAY_MS = re.compile(r"\.([0-9]+)ms$")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
-REPLAYED_OF_RUN = "SELECT count(*) FROM dead_letters WHERE run_id = %s AND state = 'replayed'"
-LATEST_RUNS = """
-WITH activity AS (
-    SELECT run_id, count(*) AS pages, 0 AS dead, 0 AS skips, max(fetched_at) AS last_at
-    FROM pages GROUP BY run_id
-    UNION ALL
-    SELECT run_id, 0, count(*) FILTER (WHERE state = 'dead'), 0, max(last_failed_at)
-    FROM dead_letters GROUP BY run_id
-    UNION ALL
-    SELECT run_id, 0, 0, count(*), max(recorded_at) FROM skips GROUP BY run_id
-)
-SELECT run_id, sum(pages)::int, sum(dead)::int, sum(skips)::int, max(last_at)
-FROM activity GROUP BY run_id ORDER BY max(last_at) DESC LIMIT %s
-"""
+REPLAYED_OF_RUN = "SELECT coalesce(sum(n), 0) FROM run_counters WHERE run_id = %s AND kind = 'replayed'"
 TABLES_EXIST = """SELECT to_regclass('pages') IS NOT NULL AND to_regclass('dead_letters') IS NOT NULL
-AND to_regclass('skips') IS NOT NULL"""
+AND to_regclass('skips') IS NOT NULL AND to_regclass('run_counters') IS NOT NULL"""
 
 
 @dataclass(frozen=True)
@@ -176,7 +167,7 @@ def _order(queue: QueueStatus) -> tuple[int, int, str]:
 
 
 def run_figures(settings: Settings, conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
-    outcome = account(settings, run_id)
+    outcome = account_on(conn, run_id)
     row = conn.execute(REPLAYED_OF_RUN, (run_id,)).fetchone()
     return {
         "pages": outcome.stored,
@@ -187,10 +178,15 @@ def run_figures(settings: Settings, conn: psycopg.Connection[Any], run_id: str) 
 
 
 def latest_runs(conn: psycopg.Connection[Any], limit: int = RECENT_RUNS) -> list[dict[str, Any]]:
-    rows = conn.execute(LATEST_RUNS, (limit,)).fetchall()
     return [
-        {"run_id": r, "pages": p, "dead_letters": d, "skips": s, "last_activity": t.isoformat()}
-        for r, p, d, s, t in rows
+        {
+            "run_id": run.run_id,
+            "pages": run.stored,
+            "dead_letters": run.dead,
+            "skips": run.skipped,
+            "last_activity": run.last_activity.isoformat(),
+        }
+        for run in latest_run_totals(conn, limit)
     ]
 
 
@@ -241,10 +237,13 @@ def add_redis_figures(settings: Settings, report: dict[str, Any], run_id: str | 
                 report["run"]["copies"] = Copies.from_counters(report["run"]["counters"]).figures()
                 prefixes += [prefix] if prefix else []
             report["workers"] = running_workers(client, prefixes, pages)
+            report["proxies"] = proxy_health(settings, client)
+            report["politeness"] = politeness_figures(settings, client)
     except ServiceUnavailable:
         if run_id is not None:
             raise
         report["workers"] = None
+        report["proxies"] = report["politeness"] = None
     finally:
         client.close()
 
@@ -271,7 +270,19 @@ def gather(settings: Settings, run_id: str | None, get: HttpGet | None = None) -
             report["run"] = {"run_id": run_id, **figures}
         report["activity"] = recent_activity(conn, run_id) if has_tables else None
     add_redis_figures(settings, report, run_id)
+    if run_id is not None and has_tables:
+        report["run"]["progress"] = progress_figures(settings, report, run_id)
     return report
+
+
+def progress_figures(settings: Settings, report: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The run's pages/s and ETA as ops.crawl shows them (ops/run_progress.py), with the
+    ready messages of the work queues as its "queued"."""
+    work = [q["ready"] for q in report["queues"] if q["role"] == "work" and q["exists"]]
+    queued = sum(work) if work and None not in work else None
+    with ProgressReader(settings) as reader:
+        progress = reader.read(run_id, report["run"].get("redis_prefix"), queued)
+    return {**progress.as_json(), "line": progress.line()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

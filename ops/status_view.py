@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ops.copies import Copies
+from ops.status_politeness import politeness_lines
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, erase display: redraw in place
 SUMMED_ROLES = ("retry", "defer")  # many queues of one role, one line on a screen
@@ -36,6 +37,8 @@ def view_lines(report: dict[str, Any], size: Size | None) -> list[str]:
     if report.get("activity"):
         sections.append(_activity_lines(report["activity"]))
     sections.append(_worker_lines(report.get("workers"), fitted))
+    if politeness := politeness_lines(report):
+        sections.append(politeness)
     sections.append(_run_lines(report["run"], fitted) if "run" in report else _runs_lines(report["runs"]))
     if size is None:
         return [line for section in _spaced(sections) for line in section]
@@ -127,9 +130,11 @@ def _worker_lines(workers: list[dict[str, Any]] | None, fitted: bool) -> list[st
         return ["workers running: unknown (Redis did not answer)"]
     if not workers:
         return ["workers running: none"]
+    # What holds a worker up (a full WARC_DIR): shown whatever the room, it is why pages wait.
+    problems = [f"  {w['worker_id']} waits: {w['problem']}" for w in workers if w.get("problem")]
     if fitted:
         listed = ", ".join(f"{w['worker_id']} {w['pages_in_window']}" for w in workers)
-        return [f"workers running: {len(workers)} (pages in the window: {listed})"]
+        return [f"workers running: {len(workers)} (pages in the window: {listed})", *problems]
     return [
         f"workers running: {len(workers)}",
         *(
@@ -137,6 +142,7 @@ def _worker_lines(workers: list[dict[str, Any]] | None, fitted: bool) -> list[st
             f"{w['pages_in_window']} pages in the window"
             for w in workers
         ),
+        *problems,
     ]
 
 
@@ -152,6 +158,7 @@ def _run_lines(run: dict[str, Any], fitted: bool) -> list[str]:
             + f", replayed {run['replayed']}",
             f"  skips     {_pairs(run['skips']) or 0}",
             f"  counters  {counters}",
+            *_progress_lines(run, 10),
             *_copies_lines(run, 10),
         ]
     return [
@@ -161,8 +168,15 @@ def _run_lines(run: dict[str, Any], fitted: bool) -> list[str]:
         f"  replayed       {run['replayed']}",
         f"  skips          {_pairs(run['skips']) or 0}",
         f"  counters       {counters}" + (f"  (Redis prefix {prefix})" if prefix else ""),
+        *_progress_lines(run, 15),
         *_copies_lines(run, 15),
     ]
+
+
+def _progress_lines(run: dict[str, Any], width: int) -> list[str]:
+    """The line ops.crawl prints, from committed figures (ops/run_progress.py)."""
+    progress = run.get("progress")
+    return [f"  {'progress':<{width - 2}}{progress['line']}"] if progress else []
 
 
 def _copies_lines(run: dict[str, Any], width: int) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from producer.final_scrape import ScrapeWatch, linger_until_scraped
 from producer.seeding import mark_seeded, seeded_summary
+from producer.serve import serve
 from producer.service import Options, new_run_id, run
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
@@ -32,6 +33,10 @@ EXIT_TERMINATED = 143  # SIGTERM: `docker stop`, a k8s eviction or rollout
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
+    return options_from(build_parser().parse_args(argv))
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m producer",
         description="Read sitemaps (XML, gzip, plain text; indexes followed), sites' robots.txt "
@@ -89,7 +94,18 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="exit 3 when any sitemap could not be read, not only when none could "
         "(the URLs of those that were read are published all the same)",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="run as a service: seed each crawl request put in the control queue by "
+        "python -m ops.submit or the dashboard, acking it once its run is seeded (no other option)",
+    )
+    return parser
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    if args.serve:
+        raise ConfigError("--serve takes no other option: each crawl request brings its own")
     if args.once and not args.run_id:
         raise ConfigError("--once: give the run a name with --run-id, or every start is a new run")
     return Options(
@@ -105,7 +121,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.serve and not any_option_but_serve(args):
+        settings = Settings.from_env()
+        configure_logging(settings.log_level, "producer", settings.log_format)
+        return serve(settings)
+    options = options_from(args)
     settings = Settings.from_env()
     configure_logging(settings.log_level, "producer", settings.log_format)
     if options.once and (earlier := seeded_summary(settings, options.run_id)) is not None:
@@ -125,6 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if server is not None and not result["interrupted"]:
         linger_until_scraped(watch, settings.metrics_port, settings.metrics_linger_s)
     return code
+
+
+def any_option_but_serve(args: argparse.Namespace) -> bool:
+    defaults = vars(build_parser().parse_args([]))
+    return any(value != defaults[name] for name, value in vars(args).items() if name != "serve")
 
 
 def seeded_to_the_end(result: dict[str, Any], code: int) -> bool:

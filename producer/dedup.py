@@ -206,13 +206,14 @@ class Dedup:
         self._release = client.register_script(RELEASE_SCRIPT)
 
     def beat(self) -> None:
-        """Say this producer is alive for HEARTBEAT_TTL_MS more."""
-        if not self._cluster:
-            self._client.set(self._heartbeat_prefix + self.owner, b"1", px=HEARTBEAT_TTL_MS)
-            return
+        """Say this producer is alive for HEARTBEAT_TTL_MS more, and the run is being seeded."""
+        own = self._group_heartbeats() if self._cluster else [self._heartbeat_prefix + self.owner]
         with self._client.pipeline(transaction=False) as pipe:
-            for key in self._group_heartbeats():
+            for key in own:
                 pipe.set(key, b"1", px=HEARTBEAT_TTL_MS)
+            # Not removed by stop_beating: another producer of the run may still beat. It lapses
+            # with the last one's heartbeat.
+            pipe.set(self._keys.run_producing(self._run_id), b"1", px=HEARTBEAT_TTL_MS)
             pipe.execute()
 
     def stop_beating(self) -> None:

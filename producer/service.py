@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
-import secrets
 import signal
 import threading
 import time
@@ -27,6 +25,7 @@ from producer.sources import all_entries, check_url_files
 from producer.spread import spread_hosts
 from shared.amqp import broker
 from shared.amqp.topology import build_topology
+from shared.crawl_request import new_run_id as new_run_id  # where producer callers found it
 from shared.errors import ConfigError
 from shared.http.proxies import ProxyPool
 from shared.message_bounds import RUN_ID_PATTERN
@@ -45,18 +44,13 @@ START_WORKERS = (
 )
 
 
-def new_run_id() -> str:
-    """e.g. 20250101-120000-3fa2c1: sortable by start time, unique across parallel starts."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
-
-
 @dataclass(frozen=True)
 class Options:
     run_id: str = field(default_factory=new_run_id)
     sitemaps: Sequence[str] = ()
     sites: Sequence[str] = ()
     url_files: Sequence[str] = ()
+    urls: Sequence[str] = ()  # page URLs as they are: a crawl request's (producer/serve.py)
     routing_file: str = ""  # overrides Settings.routing_file
     recrawl_of: str = ""  # an earlier run: publish only what changed since (producer/recrawl.py)
     once: bool = False  # a run seeded to the end before is not read again (producer/seeding.py)
@@ -72,9 +66,9 @@ def check_options(options: Options) -> None:
         raise ConfigError(
             f"--recrawl-of: use up to 64 letters, digits, '.', '-' or '_', got {options.recrawl_of[:80]!r}"
         )
-    if not (options.sitemaps or options.sites or options.url_files):
+    if not (options.sitemaps or options.sites or options.url_files or options.urls):
         raise ConfigError("nothing to read: give at least one --sitemap, --site or --urls")
-    for flag, urls in (("--sitemap", options.sitemaps), ("--site", options.sites)):
+    for flag, urls in (("--sitemap", options.sitemaps), ("--site", options.sites), ("url", options.urls)):
         for url in urls:
             try:
                 canonicalize(url)
@@ -83,9 +77,15 @@ def check_options(options: Options) -> None:
     check_url_files(options.url_files)
 
 
-def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dict[str, Any]:
+def run(
+    settings: Settings,
+    options: Options,
+    fetch: Fetch | None = None,
+    stop: threading.Event | None = None,
+) -> dict[str, Any]:
     """Read every input, publish what is new, and return the summary. Raises ConfigError or
-    ServiceUnavailable (one line each) before any URL is published when set-up fails."""
+    ServiceUnavailable (one line each) before any URL is published when set-up fails. Setting
+    `stop` (or SIGTERM, SIGINT on the main thread) ends the run early, settled, as a signal does."""
     started = time.monotonic()
     check_options(options)
     router = load_router(options.routing_file or settings.routing_file)
@@ -99,7 +99,7 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
     client = connect_redis(settings, PRODUCER, ping=True)
     # Sitemaps and robots.txt go out through the same proxies as the workers' requests.
     fetcher = HttpFetcher(settings, proxies=ProxyPool.from_settings(settings, client))
-    stop = threading.Event()
+    stop = stop or threading.Event()
     stop_signals: list[int] = []  # the signals that asked for the stop (SIGINT, SIGTERM)
     previous_run = PreviousRun(settings, options.recrawl_of) if options.recrawl_of else None
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
@@ -127,7 +127,9 @@ def run(settings: Settings, options: Options, fetch: Fetch | None = None) -> dic
                 stop_on_sigterm(stop, stop_signals),
                 showing_progress(options.run_id, pipeline.counts, reader),
             ):
-                entries = all_entries(reader, options.sitemaps, options.sites, options.url_files)
+                entries = all_entries(
+                    reader, options.sitemaps, options.sites, options.url_files, options.urls
+                )
                 counts = pipeline.run(spread_hosts(entries, settings.host_spread_window))
         if counts.stopped_early:
             log.warning(

@@ -10,6 +10,8 @@ from shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+REQUEST_SOURCE = "request"  # the source of the URLs a crawl request names (shared/crawl_request.py)
+
 
 def check_url_files(paths: Sequence[str]) -> None:
     """Fail before any work starts, not halfway through, when a URL file cannot be read."""
@@ -38,8 +40,12 @@ def all_entries(
     sitemaps: Sequence[str] = (),
     sites: Sequence[str] = (),
     url_files: Sequence[str] = (),
+    urls: Sequence[str] = (),
 ) -> Iterator[SitemapEntry]:
-    """Every URL from every input, lazily: nothing is held but the current sitemap's parser."""
+    """Every URL from every input, lazily: nothing is held but the current sitemap's parser.
+    `urls`: page URLs given as they are (a crawl request's), their source named "request"."""
+    for url in urls:
+        yield SitemapEntry(url=url, source=REQUEST_SOURCE)
     for path in url_files:
         yield from read_url_file(path)
     for sitemap in sitemaps:

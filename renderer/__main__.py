@@ -143,6 +143,8 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
             handler.store.close()
         if handler.handled is not None:
             handler.handled.close()
+        if handler.archive is not None:
+            handler.archive.close()  # after the last row: its WARC file loses its .open (docs/WARC.md)
         engine.close()
         watchdog.stop()
     usage = resource.getrusage(resource.RUSAGE_SELF)

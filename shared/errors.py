@@ -16,6 +16,7 @@ Raised and caught inside one part of the pipeline, never charged to a URL on the
     PipelineError
     ├── TryLater            worker: the domain cannot take the URL now; deferred, not failed
     ├── ParseLimitExceeded  worker: a page went past its parse budget (becomes 'parse_limit')
+    ├── DiskFull            worker: a WARC write found no room; the write waits for room
     ├── FetchFailed         producer: a sitemap or robots.txt could not be had
     ├── SitemapError        producer: a sitemap document cannot be (fully) read
     ├── PublishFailed       the broker nacked or could not route a message

@@ -28,6 +28,10 @@ Where each metric is counted (label values in brackets):
                                    it returns an outcome (``with FETCHES_IN_FLIGHT.track_inprogress()``)
       PRODUCER_COPIES_RECEIVED     a producer's message at its first delivery (no headers, not
                                    redelivered): each message the broker got from a producer, once
+      PROXY_FAILURES[proxy]        a request that failed for its proxy's fault (shared/http/proxies.py);
+                                   proxy = scheme://host:port, never credentials
+      PROXY_USABLE[proxy]          1 while the proxy is in use, 0 while benched, as this worker last
+                                   saw it (each choice of a proxy reads every proxy's bench)
       DUPLICATE_DELIVERIES[kind]   a delivery of a URL already settled, acked unfetched
                                    (worker/handling/handled.py): second_copy (another message the producer
                                    published), redelivered (the same message again), forwarded
@@ -54,7 +58,8 @@ Where each metric is counted (label values in brackets):
 
 Names follow Prometheus conventions: base units (seconds), ``_total`` added to counters by the
 client library. Labels have small fixed value sets (queues, reasons, status codes); never put
-a URL or domain in a label, which would create a series per page.
+a URL or domain in a label, which would create a series per page (a proxy's label is one of
+the few configured proxies).
 """
 
 from __future__ import annotations
@@ -89,6 +94,8 @@ DEFERRALS = Counter(
     "crawl_deferrals", "URLs sent to a defer queue to wait, no failure and no attempt charged.", ["reason"]
 )
 FETCHES_IN_FLIGHT = Gauge("crawl_fetches_in_flight", "Deliveries a worker process is working on now.")
+PROXY_FAILURES = Counter("crawl_proxy_failures", "Requests that failed for their proxy's fault.", ["proxy"])
+PROXY_USABLE = Gauge("crawl_proxy_usable", "1 while a proxy is in use, 0 while it is benched.", ["proxy"])
 
 PRODUCER_COPIES_RECEIVED = Counter(
     "crawl_copies_received", "Producer messages at their first delivery to a worker."

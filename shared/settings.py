@@ -20,6 +20,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from shared.errors import ConfigError, one_line
+from shared.message_bounds import QUEUE_KINDS
 from shared.redis.cluster import cluster_nodes, is_cluster_url
 from shared.settings_file import FILE_VARIABLE, blamed_on_file, read_settings_file
 
@@ -44,6 +45,7 @@ AT_LEAST_ONE = (
     "parse_max_depth",
     "max_concurrent_per_domain",
     "proxy_max_failures",
+    "warc_max_bytes",
     "renderer_processes",
     "render_concurrency",
     "browser_max_pages",
@@ -61,6 +63,7 @@ POSITIVE = (
     "proxy_bench_s",
     "max_domain_pause_s",
     "parse_deadline_s",
+    "rate_recovery_s",
     "render_deadline_s",
 )
 NOT_NEGATIVE = (
@@ -72,6 +75,7 @@ NOT_NEGATIVE = (
     "host_spread_window",
     "cache_fresh_s",
     "metrics_linger_s",
+    "rate_jitter",
 )
 # Each test holds for the values allowed, so a NaN (which compares false) is refused too.
 _BOUNDS: tuple[tuple[tuple[str, ...], Callable[[float], bool], str], ...] = (
@@ -129,6 +133,8 @@ class Settings:
     worker_id: str = field(default_factory=default_worker_id)
     fetch_concurrency: int = DEFAULT_FETCH_CONCURRENCY  # fetches in flight per worker process
     worker_processes: int = 1  # `python -m worker` forks this many workers (worker/pool.py)
+    # The work queues a worker serves: all by default; "priority" alone for a dedicated pool.
+    worker_queues: tuple[str, ...] = ("priority", "ttl", "bulk")
     fetch_connect_timeout_s: float = 5.0
     fetch_read_timeout_s: float = 15.0
     fetch_deadline_s: float = 30.0  # whole fetch, body included
@@ -144,6 +150,12 @@ class Settings:
     fetch_allowlist: str = ""  # e.g. "10.1.0.0/16,intranet.example,.corp.example"
     user_agent: str = "crawl-pipeline/0.1 (+https://github.com/crawl-pipeline)"
     rate_limit_rps: float = 2.0  # per domain, shared by every worker
+    # Adaptive slow-down (docs/POLITENESS.md): a domain's rate is cut on a 429 or 503 without
+    # Retry-After, a burst of 403s or rising latency, and grows back to RATE_LIMIT_RPS over this
+    # long. RATE_JITTER lengthens each interval by a random share of it, up to this (0.5 = up
+    # to half again), so requests are not evenly spaced; 0 = none.
+    rate_recovery_s: float = 60.0
+    rate_jitter: float = 0.0
     max_inline_wait_s: float = 2.0  # a longer rate-limit wait frees the fetch thread
     # A URL that must wait longer than the inline wait is held unacked in the worker for up to
     # this long (its domain slot reserved); longer waits go back through the broker. 0 = never hold.
@@ -176,6 +188,10 @@ class Settings:
     proxy_max_failures: int = 3  # failures within proxy_bench_s that bench a proxy
     proxy_bench_s: float = 300.0  # how long a benched proxy stays out of use, for every worker
     extraction_profiles_file: str = ""  # TOML: CSS fields per URL pattern (worker/parse/profiles.py)
+    # WARC records of every page (docs/WARC.md): the folder each worker process writes its files
+    # in; empty = no WARC. A file is closed and the next begun past warc_max_bytes.
+    warc_dir: str = ""
+    warc_max_bytes: int = 1_000_000_000
 
     # Producer.
     routing_file: str = ""  # TOML routing rules; empty = the built-in rules
@@ -229,6 +245,9 @@ class Settings:
     def validate(self) -> None:
         """Refuse settings that cannot work, with a one-line ConfigError naming the variable."""
         _check_values(self)
+        if not self.worker_queues or not set(self.worker_queues) <= set(QUEUE_KINDS):
+            kinds = ",".join(self.worker_queues)
+            raise ConfigError(f"WORKER_QUEUES: expected some of {','.join(QUEUE_KINDS)}, got {kinds!r}")
         if not self.retry_delays_s or any(d <= 0 for d in self.retry_delays_s):
             raise ConfigError("RETRY_DELAYS_S: expected positive seconds, e.g. '5,30'")
         if not 0 <= self.metrics_port <= 65535:

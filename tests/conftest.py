@@ -5,12 +5,35 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ops import management
 from ops.teardown import remove_pipeline
 from shared.settings import Settings
+
+TESTS = Path(__file__).resolve().parent
+# A test's kind is its folder's (the markers are declared in pyproject.toml): a test file is
+# moved, not re-marked, when its kind changes. A folder of tests missing here fails collection.
+FOLDER_MARKERS = {
+    "unit": "unit",
+    "integration": "integration",
+    "e2e": "e2e",
+    "faults": "faults",
+    "cluster": "cluster",
+    "faults_cluster": "cluster",
+    "renderer": "renderer",
+}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    folder = item.path.resolve().relative_to(TESTS).parts[0]
+    if folder not in FOLDER_MARKERS:
+        raise pytest.UsageError(
+            f"tests/{folder}/ has no marker: add it to FOLDER_MARKERS in tests/conftest.py"
+        )
+    item.add_marker(FOLDER_MARKERS[folder])
 
 
 def unique_name(prefix: str = "t") -> str:

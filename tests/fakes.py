@@ -68,7 +68,7 @@ class FakeLimiter:
         self.spaced_from_now: list[float] = []  # the spacing of each space_from_now
         self.pauses: list[float] = []
         self.slowed: list[float] = []  # the rate each slow_down was given
-        self.sped_up = 0
+        self.slowed_why: list[tuple[str, int]] = []  # and why, and the burst it needs
 
     @property
     def rates(self) -> list[float]:
@@ -119,13 +119,10 @@ class FakeLimiter:
     def pause(self, domain: str, seconds: float) -> None:
         self.pauses.append(seconds)
 
-    def slow_down(self, domain: str, rate_per_s: float) -> float:
+    def slow_down(self, domain: str, rate_per_s: float, why: str = "429", burst: int = 1) -> float:
         self.slowed.append(rate_per_s)
+        self.slowed_why.append((why, burst))
         return 2.0
-
-    def speed_up(self, domain: str) -> float:
-        self.sped_up += 1
-        return 1.0
 
 
 class FakeRunStates:

@@ -17,6 +17,7 @@ from shared.redis.presence import announced
 from shared.settings import Settings
 from worker.pool import run_pool
 from worker.store.writer import ResultStore
+from worker.warc.archive import Archive, check_directory
 from worker.wiring import build_handler, connect_worker_redis
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--concurrency", type=int, help="fetches in flight (default: FETCH_CONCURRENCY)")
     parser.add_argument(
+        "--queues",
+        metavar="KIND[,KIND]",
+        help="the work queues to serve, e.g. 'priority' for a pool dedicated to the priority "
+        "queue (default: WORKER_QUEUES, all of priority,ttl,bulk)",
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         help="worker processes, forked after start-up by one that supervises them (default: "
@@ -46,23 +53,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings.from_env()
-    if args.concurrency or args.processes:
+    if args.concurrency or args.processes or args.queues is not None:
         settings = dataclasses.replace(
             settings,
             fetch_concurrency=args.concurrency or settings.fetch_concurrency,
             worker_processes=args.processes or settings.worker_processes,
+            worker_queues=settings.worker_queues if args.queues is None else queue_kinds(args.queues),
         )
         settings.validate()
     if settings.worker_processes == 1:
         configure_logging(settings.log_level, "worker", settings.log_format, settings.worker_id)
         return serve(settings)
     configure_logging(settings.log_level, "worker", settings.log_format, f"{settings.worker_id}-pool")
+    if settings.warc_dir:
+        check_directory(settings.warc_dir)  # once, in one line, rather than from every worker forked
     db.ensure_schema(settings)  # once, before the workers exist
     return run_pool(
         settings.worker_processes,
         lambda index: exit_code_of("worker", lambda: serve(pool_member(settings, index), schema_ready=True)),
         name_of=lambda index: f"worker {settings.worker_id}-{index}",
     )
+
+
+def queue_kinds(text: str) -> tuple[str, ...]:
+    """--queues priority,ttl: the kinds, as WORKER_QUEUES reads them (checked by validate)."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def pool_member(settings: Settings, index: int) -> Settings:
@@ -85,11 +100,20 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     handler = build_handler(settings, client)
     ns = settings.crawl_namespace
     subscriptions = [
-        Subscription(work_queue(ns, kind), prio) for kind, prio in SUBSCRIPTION_PRIORITIES.items()
+        Subscription(work_queue(ns, kind), prio)
+        for kind, prio in SUBSCRIPTION_PRIORITIES.items()
+        if kind in settings.worker_queues
     ]
-    log.info("worker %s starting with %d fetches in flight", settings.worker_id, settings.fetch_concurrency)
+    log.info(
+        "worker %s starting with %d fetches in flight, serving %s",
+        settings.worker_id,
+        settings.fetch_concurrency,
+        ",".join(settings.worker_queues),
+    )
     try:
-        with announced(settings):  # status lists the worker while it runs
+        archive = handler.archive if isinstance(handler.archive, Archive) else None
+        # status lists the worker while it runs, and says why its writes wait (a full WARC_DIR)
+        with announced(settings, problem=lambda: archive.problem if archive is not None else None):
             code = run_consumers(
                 settings,
                 "worker",
@@ -107,6 +131,8 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     finally:
         if isinstance(handler.store, ResultStore):
             handler.store.close()
+        if isinstance(handler.archive, Archive):
+            handler.archive.close()  # after the last row: the file being written loses its .open
         if handler.handled is not None:
             handler.handled.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -40,7 +40,17 @@ from shared.urls import domain_of
 from worker.fetch.response import Response
 from worker.handling.forwards import dead_letter, defer, hold_paused, retry, to_render
 from worker.handling.log import log
-from worker.handling.ports import Cache, DeliveryLimit, Fetch, Gate, Handled, Robots, RunStates, Store
+from worker.handling.ports import (
+    Archive,
+    Cache,
+    DeliveryLimit,
+    Fetch,
+    Gate,
+    Handled,
+    Robots,
+    RunStates,
+    Store,
+)
 from worker.handling.settled import SettledMeanwhile, already_handled, checks_ride_with_the_send, read_ahead
 from worker.handling.storing import StoresRows, page_row, profile_fields
 from worker.handling.waits import WAIT_REASONS, HoldsForSlots, Parked, Waiting, back_with_its_slot
@@ -68,6 +78,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
     handled: Handled | None = None  # skips a second copy of a URL already settled
     run_states: RunStates | None = None  # paused and cancelled runs (shared/redis/runstate.py)
+    archive: Archive | None = None  # WARC records of every stored page (worker/warc/), if WARC_DIR
 
     def __post_init__(self) -> None:
         self._local = threading.local()
@@ -218,6 +229,11 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         if self._render_shells and task.queue != RENDER_KIND and looks_like_script_shell(html, page.text):
             return to_render(self.topology, task, progress, SCRIPT_SHELL)  # RENDER=auto
         row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
+        if self.archive is not None:  # written before the row goes to the store (worker/warc/archive.py)
+            at = self.archive.record(response)
+            row = dataclasses.replace(
+                row, warc_filename=at.filename, warc_offset=at.offset, warc_length=at.length
+            )
         return self._store_later(task, row, response, progress)
 
     def _mark_handling(self) -> None:
@@ -275,6 +291,7 @@ class CrawlHandler(HoldsForSlots, StoresRows):
                 from_cache=True,
                 not_modified=True,
                 proxy=fetched.proxy,
+                exchange=fetched.exchange,  # the 304 as it came, for its revisit record
                 etag=fetched.etag or cached.response.etag,
                 last_modified=fetched.last_modified or cached.response.last_modified,
             )

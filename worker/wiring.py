@@ -33,6 +33,7 @@ from worker.politeness.gate import LEASE_MARGIN_S, DomainGate
 from worker.politeness.ratelimit import RateLimiter
 from worker.politeness.robots import RedisRobotsStore, Robots, RobotsAnswer, fetch_robots
 from worker.store.writer import BATCH_ROWS, ResultStore
+from worker.warc.archive import Archive
 
 R = TypeVar("R")
 
@@ -118,7 +119,8 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
     keys = Keys(settings.redis_prefix)
     cache = ResponseCache.from_settings(client, settings)
     proxies = ProxyPool.from_settings(settings, client)
-    gate = DomainGate(RateLimiter(client, keys), PolitenessConfig.from_settings(settings), settings)
+    limiter = RateLimiter(client, keys, settings.rate_recovery_s, settings.rate_jitter)
+    gate = DomainGate(limiter, PolitenessConfig.from_settings(settings), settings)
     robots = Robots(
         RedisRobotsStore(client, keys),
         settings.user_agent,
@@ -140,6 +142,7 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         pool_hosts=HOST_POOLS,
         pool_size=min(settings.max_concurrent_per_domain, settings.fetch_concurrency),
     )
+    archive = Archive.from_settings(settings)  # None without WARC_DIR
     return CrawlHandler(
         settings=settings,
         topology=build_topology(settings),
@@ -150,10 +153,15 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         # Messages whose rows wait for a commit stay unacked, and a worker is given only twice
         # its fetches in flight (the prefetch): commit once as many rows wait as there are
         # handler threads, rather than wait out the batch window while they crowd out new work.
-        store=ResultStore(settings, batch_rows=min(BATCH_ROWS, settings.fetch_concurrency)),
+        store=ResultStore(
+            settings,
+            batch_rows=min(BATCH_ROWS, settings.fetch_concurrency),
+            before_commit=archive.sync if archive is not None else None,  # rows after their records
+        ),
         profiles=load_profiles(settings.extraction_profiles_file),
         delivery_limit=DeliveryLimit(client, keys, settings.crawl_namespace, settings.worker_id),
         handled=HandledMarks(client, keys),
         # Its GET, once a second per run, carries the thread's held writes like any other.
         run_states=RunStates(client, keys),
+        archive=archive,
     )

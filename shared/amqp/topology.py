@@ -11,6 +11,10 @@
 
     producer / worker ──new.render──▶ <ns>.work ──*.render──▶ <ns>.render ──▶ renderer
 
+    ops.submit, POST /api/v1/runs ──(default exchange)──▶ <ns>.control.runs ──▶ producer --serve
+                                                            │ (a request that does not decode)
+                                                            ▶ <ns>.parked
+
 A page that needs a browser (a routing rule says `render = "always"`, or RENDER=auto found a
 script shell) travels as a task of kind `render`, through the same exchanges, retry and defer
 queues, and dead-letter exchange as any other.
@@ -92,6 +96,11 @@ def parked_queue(ns: str) -> str:
     return f"{ns}.parked"
 
 
+def control_queue(ns: str) -> str:
+    """Crawl requests (shared/crawl_request.py) waiting for the producer service."""
+    return f"{ns}.control.runs"
+
+
 def delay_queue(ns: str, delay_ms: int) -> str:
     """The retry queue of one delay length: URLs that failed and will be tried again."""
     return f"{ns}.retry.{delay_ms}ms"
@@ -104,13 +113,15 @@ def defer_queue(ns: str, delay_ms: int) -> str:
 
 # The role of each queue name (queue_role), as status shows it.
 WORK, RETRY, DEFER, DEAD, PARKED, HELD = "work", "retry", "defer", "dead", "parked", "held"
+CONTROL = "control"
 _DELAY_NAME = re.compile(r"(retry|defer)\.([0-9]+)ms")
 
 
 def queue_role(ns: str, name: str) -> str | None:
-    """work | retry | defer | dead | parked | held for a queue of namespace `ns`; None for any
-    other name, a queue of a longer namespace (`<ns>.x.bulk`) included. `held`: a paused run's
-    hold queue, `<ns>.held.<run>` (shared/redis/runstate.py)."""
+    """work | retry | defer | dead | parked | held | control for a queue of namespace `ns`;
+    None for any other name, a queue of a longer namespace (`<ns>.x.bulk`) included. `held`: a
+    paused run's hold queue, `<ns>.held.<run>` (shared/redis/runstate.py); `control`: the crawl
+    requests waiting for the producer service."""
     if not name.startswith(f"{ns}."):
         return None
     rest = name[len(ns) + 1 :]
@@ -118,6 +129,8 @@ def queue_role(ns: str, name: str) -> str | None:
         return WORK
     if rest in (DEAD, PARKED):
         return rest
+    if rest == "control.runs":
+        return CONTROL
     if rest.startswith(f"{HELD}.") and len(rest) > len(HELD) + 1:
         return HELD
     delay = _DELAY_NAME.fullmatch(rest)
@@ -224,6 +237,9 @@ def build_topology(settings: Settings) -> Topology:
             ((dlx, ""),),
         ),
         Queue(parked_queue(ns), replicated({}), ((parked_exchange(ns), ""),)),
+        # Published to through the default exchange, by name. A request the producer service
+        # refuses (it does not decode) is kept in the parked queue for an operator.
+        Queue(control_queue(ns), replicated({"x-dead-letter-exchange": parked_exchange(ns)})),
     ]
     if settings.queue_type == "quorum":
         queues = [

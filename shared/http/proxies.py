@@ -25,6 +25,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from shared.errors import ConfigError, TransientError
+from shared.metrics import PROXY_FAILURES, PROXY_USABLE
 from shared.redis.cluster import by_slot
 from shared.redis.errors import translate_redis_errors
 from shared.redis.keys import Keys
@@ -40,6 +41,25 @@ PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 
 class ProxyFailed(TransientError):
     """The proxy, not the site, failed: it could not be reached or refused our credentials."""
+
+
+def socks_proxy_at_fault(error: BaseException) -> bool:
+    """Whether a connection error through a SOCKS proxy was the proxy's: it could not be reached,
+    refused our login or answered nonsense. urllib3 reports them all as a failed connection, the
+    PySocks error it came from only in the exception's context. A refusal the proxy relays from
+    the site (SOCKS5Error: connection refused, host unreachable) stays the site's."""
+    import socks
+
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain of causes is short; a cycle must not loop
+        if seen is None:
+            return False
+        if isinstance(seen, socks.SOCKS5Error):
+            return False
+        if isinstance(seen, socks.ProxyError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def without_credentials(text: str) -> str:
@@ -193,6 +213,8 @@ class ProxyPool:
     def choose(self, avoid: Sequence[Proxy] = ()) -> Proxy:
         """The proxy for the next request, other than `avoid`; TryLater if none is usable."""
         benched = self._bench.benched_s([p.label for p in self._proxies])
+        for proxy, left in zip(self._proxies, benched, strict=True):
+            PROXY_USABLE.labels(proxy.label).set(0 if left > 0 else 1)
         usable = [p for p, left in zip(self._proxies, benched, strict=True) if left <= 0 and p not in avoid]
         if not usable:
             raise TryLater(max(min(benched), 1.0), "proxies_benched")
@@ -204,7 +226,9 @@ class ProxyPool:
         return usable[next(self._turn) % len(usable)]
 
     def failed(self, proxy: Proxy, error: TransientError) -> None:
+        PROXY_FAILURES.labels(proxy.label).inc()
         if self._bench.failed(proxy.label):
+            PROXY_USABLE.labels(proxy.label).set(0)
             log.warning("proxy %s benched after repeated failures: %s", proxy.label, error.reason)
         else:
             log.info("proxy %s failed: %s", proxy.label, error.reason)

@@ -71,6 +71,11 @@ CREATE INDEX IF NOT EXISTS pages_fetched_at ON pages (fetched_at);
 
 -- On a recrawl (--recrawl-of), whether a page's visible text matches the earlier run's.
 ALTER TABLE pages ADD COLUMN IF NOT EXISTS unchanged boolean;
+-- With WARC_DIR set: where the page's WARC record is (docs/WARC.md), the gzip member of its
+-- response or revisit record in a worker's file.
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS warc_filename text;
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS warc_offset bigint;
+ALTER TABLE pages ADD COLUMN IF NOT EXISTS warc_length bigint;
 -- dead_letters.state: dead | replayed | superseded (a later copy of the URL was stored).
 -- Applied once per version of this file (table schema_applied, shared/postgres/db.py).
 
@@ -89,3 +94,214 @@ $$;
 -- hostile or broken message) an excerpt is kept, with the size and sha256 of the whole.
 ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS body_bytes bigint;
 ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS body_sha256 text;
+
+-- Per-run counters, so that a run's figures cost the same at a million pages as at ten: kept by
+-- triggers in the transaction that writes the row, whichever writer it is (the worker's store,
+-- the dead-letter consumer, a replay, a purge, a cancel, an operator's own SQL). Triggers
+-- rather than counting in each writer's statement: there are seven writers, and one missed
+-- would make the figures drift for good. Each counted row adds to its run's counter row of the
+-- writing server process (`writer`, the backend's pid): no two transactions in progress ever
+-- update the same counter row, so concurrent workers neither wait for each other nor deadlock
+-- on a hot row. A run's figure is the sum of its rows (one per writer process and reason).
+-- An upsert that rewrites a row with the same counted values fires nothing (the WHEN of each
+-- UPDATE trigger), so a redelivered URL is counted once.
+--   kind page:     n pages; from_cache, after_retry (failed_attempts > 0), retries (sum of
+--                  failed_attempts), rewritten (writes > 1)
+--   kind dead:     n dead letters in state 'dead' of `reason`; retries = sum(attempts - 1)
+--   kind replayed: n dead letters in state 'replayed' of `reason`
+--   kind skip:     n skips of `reason`
+-- first_at and last_at are the earliest and latest commit-time column of a counted row
+-- (fetched_at, last_failed_at, recorded_at): the runs list orders by last_at, a young run's
+-- pages/s is taken over the time since first_at.
+-- Rows are counted one by one as they are written (a worker's batch is at most a few hundred),
+-- but deletions of pages and dead letters statement by statement: a purge deletes 100,000 dead
+-- letters in one statement, and PostgreSQL updating one row 100,000 times in a transaction
+-- walks ever longer version chains (50,000 updates took 18 s here).
+CREATE TABLE IF NOT EXISTS run_counters (
+    run_id      text        NOT NULL,
+    kind        text        NOT NULL,
+    reason      text        NOT NULL DEFAULT '',
+    writer      integer     NOT NULL,
+    n           bigint      NOT NULL DEFAULT 0,
+    from_cache  bigint      NOT NULL DEFAULT 0,
+    after_retry bigint      NOT NULL DEFAULT 0,
+    retries     bigint      NOT NULL DEFAULT 0,
+    rewritten   bigint      NOT NULL DEFAULT 0,
+    first_at    timestamptz,
+    last_at     timestamptz,
+    PRIMARY KEY (run_id, kind, reason, writer)
+-- Every counted row leaves a dead version of its counter row behind: room on each page for the
+-- next version (an update in place, no index entry), and a vacuum after every 1,000 of them
+-- rather than after 20% of a table this small, or reading the counters slows with the crawl.
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+        autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 1000);
+
+CREATE OR REPLACE FUNCTION run_counters_add(
+    p_run text, p_kind text, p_reason text, p_n bigint, p_from_cache bigint, p_after_retry bigint,
+    p_retries bigint, p_rewritten bigint, p_at timestamptz
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO run_counters AS c (run_id, kind, reason, writer, n, from_cache, after_retry,
+                                   retries, rewritten, first_at, last_at)
+    VALUES (p_run, p_kind, p_reason, pg_backend_pid(), p_n, p_from_cache, p_after_retry,
+            p_retries, p_rewritten, p_at, p_at)
+    ON CONFLICT (run_id, kind, reason, writer) DO UPDATE SET
+        n = c.n + EXCLUDED.n, from_cache = c.from_cache + EXCLUDED.from_cache,
+        after_retry = c.after_retry + EXCLUDED.after_retry, retries = c.retries + EXCLUDED.retries,
+        rewritten = c.rewritten + EXCLUDED.rewritten,
+        first_at = LEAST(c.first_at, EXCLUDED.first_at),
+        last_at = GREATEST(c.last_at, EXCLUDED.last_at);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION run_counters_page() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.run_id = NEW.run_id THEN
+        PERFORM run_counters_add(NEW.run_id, 'page', '', 0,
+            NEW.from_cache::int - OLD.from_cache::int,
+            (NEW.failed_attempts > 0)::int - (OLD.failed_attempts > 0)::int,
+            NEW.failed_attempts::bigint - OLD.failed_attempts,
+            (NEW.writes > 1)::int - (OLD.writes > 1)::int, NEW.fetched_at);
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'UPDATE' THEN
+        PERFORM run_counters_add(OLD.run_id, 'page', '', -1, -(OLD.from_cache::int),
+            -((OLD.failed_attempts > 0)::int), -(OLD.failed_attempts::bigint),
+            -((OLD.writes > 1)::int), NULL);
+    END IF;
+    PERFORM run_counters_add(NEW.run_id, 'page', '', 1, NEW.from_cache::int,
+        (NEW.failed_attempts > 0)::int, NEW.failed_attempts, (NEW.writes > 1)::int, NEW.fetched_at);
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION run_counters_pages_deleted() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO run_counters AS c (run_id, kind, reason, writer, n, from_cache, after_retry,
+                                   retries, rewritten)
+    SELECT run_id, 'page', '', pg_backend_pid(), -count(*), -count(*) FILTER (WHERE from_cache),
+           -count(*) FILTER (WHERE failed_attempts > 0), -coalesce(sum(failed_attempts), 0),
+           -count(*) FILTER (WHERE writes > 1)
+    FROM gone GROUP BY run_id
+    ON CONFLICT (run_id, kind, reason, writer) DO UPDATE SET
+        n = c.n + EXCLUDED.n, from_cache = c.from_cache + EXCLUDED.from_cache,
+        after_retry = c.after_retry + EXCLUDED.after_retry, retries = c.retries + EXCLUDED.retries,
+        rewritten = c.rewritten + EXCLUDED.rewritten;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION run_counters_dead_letter() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.state IN ('dead', 'replayed') THEN
+        PERFORM run_counters_add(OLD.run_id, OLD.state, OLD.reason, -1, 0, 0,
+            CASE WHEN OLD.state = 'dead' THEN -GREATEST(OLD.attempts - 1, 0) ELSE 0 END, 0, NULL);
+    END IF;
+    IF NEW.state IN ('dead', 'replayed') THEN
+        PERFORM run_counters_add(NEW.run_id, NEW.state, NEW.reason, 1, 0, 0,
+            CASE WHEN NEW.state = 'dead' THEN GREATEST(NEW.attempts - 1, 0) ELSE 0 END, 0,
+            NEW.last_failed_at);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION run_counters_dead_letters_deleted() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO run_counters AS c (run_id, kind, reason, writer, n, retries)
+    SELECT run_id, state, reason, pg_backend_pid(), -count(*),
+           CASE WHEN state = 'dead' THEN -coalesce(sum(GREATEST(attempts - 1, 0)), 0) ELSE 0 END
+    FROM gone WHERE state IN ('dead', 'replayed') GROUP BY run_id, state, reason
+    ON CONFLICT (run_id, kind, reason, writer) DO UPDATE SET
+        n = c.n + EXCLUDED.n, retries = c.retries + EXCLUDED.retries;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION run_counters_skip() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        PERFORM run_counters_add(OLD.run_id, 'skip', OLD.reason, -1, 0, 0, 0, 0, NULL);
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM run_counters_add(NEW.run_id, 'skip', NEW.reason, 1, 0, 0, 0, 0, NEW.recorded_at);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION run_counters_truncated() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM run_counters WHERE kind = ANY (TG_ARGV);
+    RETURN NULL;
+END
+$$;
+
+-- The triggers, and the counters of the rows already there, in one transaction that holds the
+-- three tables against writes: a row committed before it is in the backfill, one after it is
+-- counted by its trigger, none by both. Done once: later starts find the triggers and take no
+-- lock. On a large database the backfill takes a while (one pass over each table), once.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pages'::regclass AND tgname = 'pages_counted') THEN
+        RETURN;
+    END IF;
+    LOCK TABLE pages, dead_letters, skips IN SHARE ROW EXCLUSIVE MODE;
+    CREATE TRIGGER pages_counted AFTER INSERT ON pages
+        FOR EACH ROW EXECUTE FUNCTION run_counters_page();
+    CREATE TRIGGER pages_counted_update AFTER UPDATE ON pages FOR EACH ROW
+        WHEN (OLD.run_id IS DISTINCT FROM NEW.run_id OR OLD.from_cache IS DISTINCT FROM NEW.from_cache
+              OR OLD.failed_attempts IS DISTINCT FROM NEW.failed_attempts
+              OR (OLD.writes > 1) IS DISTINCT FROM (NEW.writes > 1))
+        EXECUTE FUNCTION run_counters_page();
+    CREATE TRIGGER pages_counted_delete AFTER DELETE ON pages REFERENCING OLD TABLE AS gone
+        FOR EACH STATEMENT EXECUTE FUNCTION run_counters_pages_deleted();
+    CREATE TRIGGER pages_counted_truncate AFTER TRUNCATE ON pages
+        FOR EACH STATEMENT EXECUTE FUNCTION run_counters_truncated('page');
+    CREATE TRIGGER dead_letters_counted AFTER INSERT ON dead_letters
+        FOR EACH ROW EXECUTE FUNCTION run_counters_dead_letter();
+    CREATE TRIGGER dead_letters_counted_update AFTER UPDATE ON dead_letters FOR EACH ROW
+        WHEN (OLD.run_id IS DISTINCT FROM NEW.run_id OR OLD.state IS DISTINCT FROM NEW.state
+              OR OLD.reason IS DISTINCT FROM NEW.reason OR OLD.attempts IS DISTINCT FROM NEW.attempts)
+        EXECUTE FUNCTION run_counters_dead_letter();
+    CREATE TRIGGER dead_letters_counted_delete AFTER DELETE ON dead_letters
+        REFERENCING OLD TABLE AS gone
+        FOR EACH STATEMENT EXECUTE FUNCTION run_counters_dead_letters_deleted();
+    CREATE TRIGGER dead_letters_counted_truncate AFTER TRUNCATE ON dead_letters
+        FOR EACH STATEMENT EXECUTE FUNCTION run_counters_truncated('dead', 'replayed');
+    CREATE TRIGGER skips_counted AFTER INSERT OR DELETE ON skips
+        FOR EACH ROW EXECUTE FUNCTION run_counters_skip();
+    CREATE TRIGGER skips_counted_update AFTER UPDATE ON skips FOR EACH ROW
+        WHEN (OLD.run_id IS DISTINCT FROM NEW.run_id OR OLD.reason IS DISTINCT FROM NEW.reason)
+        EXECUTE FUNCTION run_counters_skip();
+    CREATE TRIGGER skips_counted_truncate AFTER TRUNCATE ON skips
+        FOR EACH STATEMENT EXECUTE FUNCTION run_counters_truncated('skip');
+    DELETE FROM run_counters;
+    INSERT INTO run_counters (run_id, kind, reason, writer, n, from_cache, after_retry, retries,
+                              rewritten, first_at, last_at)
+    SELECT run_id, 'page', '', 0, count(*), count(*) FILTER (WHERE from_cache),
+           count(*) FILTER (WHERE failed_attempts > 0), coalesce(sum(failed_attempts), 0),
+           count(*) FILTER (WHERE writes > 1), min(fetched_at), max(fetched_at)
+    FROM pages GROUP BY run_id;
+    INSERT INTO run_counters (run_id, kind, reason, writer, n, retries, first_at, last_at)
+    SELECT run_id, state, reason, 0, count(*),
+           CASE WHEN state = 'dead' THEN coalesce(sum(GREATEST(attempts - 1, 0)), 0) ELSE 0 END,
+           min(last_failed_at), max(last_failed_at)
+    FROM dead_letters WHERE state IN ('dead', 'replayed') GROUP BY run_id, state, reason;
+    INSERT INTO run_counters (run_id, kind, reason, writer, n, first_at, last_at)
+    SELECT run_id, 'skip', reason, 0, count(*), min(recorded_at), max(recorded_at)
+    FROM skips GROUP BY run_id, reason;
+END
+$$;
+
+-- A run's pages/s from any machine (ops/run_progress.py) counts the outcomes committed in the
+-- last half minute: pages have pages_fetched_at; dead letters and skips are few, and these
+-- indexes keep that count from reading all of a run's rows.
+CREATE INDEX IF NOT EXISTS dead_letters_last_failed_at ON dead_letters (last_failed_at);
+CREATE INDEX IF NOT EXISTS skips_recorded_at ON skips (recorded_at);

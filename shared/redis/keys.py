@@ -57,6 +57,11 @@ class Keys:
     def run_stats_pattern(self) -> str:
         return f"{self.prefix}:run:*:stats"
 
+    def run_producing(self, run_id: str) -> str:
+        """Present while any producer of the run beats (each beat renews it; it expires like a
+        heartbeat): "is the run still being seeded?" in one GET, without a scan."""
+        return f"{self.prefix}:run:{run_id}:producing"
+
     def producer_heartbeat(self, run_id: str, owner: str, group: str = "") -> str:
         """Alive while the producer process `owner` runs; its claims are taken over once gone.
         On a Redis Cluster there is one per bucket `group`, in the slot of that group's hashes,

@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -38,25 +38,36 @@ HEARTBEAT_S = 15.0
 PRESENCE_TTL_S = 45.0  # three missed beats and the worker is gone
 
 
-def presence_record(worker_id: str, started_at: float) -> str:
-    return json.dumps(
-        {"worker_id": worker_id, "host": socket.gethostname(), "pid": os.getpid(), "started_at": started_at}
-    )
+def presence_record(worker_id: str, started_at: float, problem: str | None = None) -> str:
+    record: dict[str, Any] = {
+        "worker_id": worker_id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started_at": started_at,
+    }
+    if problem is not None:  # why the worker's work waits (a full WARC_DIR), for status to show
+        record["problem"] = problem
+    return json.dumps(record)
 
 
 @contextlib.contextmanager
 def announced(
-    settings: Settings, heartbeat_s: float = HEARTBEAT_S, ttl_s: float = PRESENCE_TTL_S
+    settings: Settings,
+    heartbeat_s: float = HEARTBEAT_S,
+    ttl_s: float = PRESENCE_TTL_S,
+    problem: Callable[[], str | None] = lambda: None,
 ) -> Iterator[None]:
-    """Keep this worker's presence key alive while the block runs; remove it on the way out."""
+    """Keep this worker's presence key alive while the block runs; remove it on the way out.
+    Each beat carries `problem()`, what holds the worker's work up now, if anything."""
     client = connect_redis(settings, GLANCE)
     key = Keys(settings.redis_prefix).worker(settings.worker_id)
-    record = presence_record(settings.worker_id, time.time())
+    started_at = time.time()
     stop = threading.Event()
 
     def beat() -> None:
         while True:
             try:
+                record = presence_record(settings.worker_id, started_at, problem())
                 client.set(key, record, px=round(ttl_s * 1000))
             except redis.RedisError as exc:
                 log.debug("presence heartbeat of %s skipped: %s", settings.worker_id, exc)

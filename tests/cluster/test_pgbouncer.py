@@ -24,7 +24,7 @@ from shared.settings import Settings
 from tests.cluster.conftest import DATABASE, pgbouncer_show
 from tests.e2e.conftest import service_env
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(400)]
+pytestmark = pytest.mark.timeout(400)
 
 
 def rows(settings: Settings, query: str, *params: object) -> list[tuple[Any, ...]]:

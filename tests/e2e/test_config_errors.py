@@ -18,8 +18,6 @@ from ops.teardown import remove_pipeline
 from shared.settings import Settings
 from tests.conftest import unique_name
 
-pytestmark = pytest.mark.e2e
-
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret"
 ENTRY_POINTS = {

@@ -13,7 +13,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import metric_total, produce, service_env, wait_until_accounted
 from tests.ports import free_port
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 # Slow enough per domain that URLs wait in-process and, past the short inline wait, are deferred
 # (MAX_HOLD_S=0: not held in the worker, which tests/e2e/test_held_urls.py covers).

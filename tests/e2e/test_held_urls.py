@@ -21,7 +21,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import metric_total, metric_value, service_env
 from tests.ports import free_port
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 REPO = Path(__file__).resolve().parents[2]
 

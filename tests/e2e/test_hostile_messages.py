@@ -52,7 +52,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.faults.site import FaultSite, SiteShape
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 RUN = "hostile"
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "20"))  # more: a longer search

@@ -24,7 +24,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.e2e.hostile_site import HostileSite
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 MAX_WORKER_RSS_MIB = 150
 FETCH_DEADLINE_S = 2.0

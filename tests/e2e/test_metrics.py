@@ -30,7 +30,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import metric_total, produce, service_env, wait_until_accounted
 from tests.ports import free_port
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 
 def test_scraped_counters_equal_the_stored_and_dead_letter_counts(

@@ -21,7 +21,7 @@ from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 
 def rows(settings: Settings, query: str, *params: object) -> list[tuple[object, ...]]:

@@ -28,7 +28,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import produce, service_env
 from tests.ports import free_port
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture

@@ -9,13 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from ops.status import gather
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
-
-pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 

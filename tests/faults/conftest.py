@@ -21,6 +21,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.faults.fleet import Fleet
 from tests.faults.outages import wait_until_alone
+from tests.faults.scenario import Scenario
 from tests.faults.site import FaultSite, SiteShape
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,6 +115,19 @@ def report(request: pytest.FixtureRequest) -> Callable[..., None]:
         request.config.stash.setdefault(_FIGURES, []).append(line)
 
     return record
+
+
+@pytest.fixture
+def scenario(
+    settings: Settings,
+    size: Size,
+    env: Callable[..., dict[str, str]],
+    site: Callable[[SiteShape], FaultSite],
+    fleet: Callable[[dict[str, str]], Fleet],
+    report: Callable[..., None],
+) -> Scenario:
+    """The fixtures above, together, with the steps every scenario takes (tests/faults/scenario.py)."""
+    return Scenario(settings, size, env, site, fleet, report)
 
 
 _FIGURES = pytest.StashKey[list[dict[str, object]]]()

@@ -5,18 +5,16 @@ topology again, and nothing is lost. With classic queues; with quorum queues it 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
-from shared.settings import Settings
-from tests.faults.conftest import OUTAGE_TIMEOUT_S, Size
+from tests.faults.conftest import OUTAGE_TIMEOUT_S
 from tests.faults.fleet import Fleet
-from tests.faults.ledger import wait_for_ledger, wait_for_progress
 from tests.faults.outages import rabbitmq_stopped
-from tests.faults.site import FaultSite, SiteShape
+from tests.faults.scenario import Scenario
+from tests.faults.site import SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(OUTAGE_TIMEOUT_S)]
+pytestmark = pytest.mark.timeout(OUTAGE_TIMEOUT_S)
 
 WORKERS = 4
 DOWN_S = 3.0
@@ -25,20 +23,12 @@ RECONNECTED = "reconnected to RabbitMQ"
 
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 def test_a_broker_restart_loses_nothing_and_everyone_reconnects(
-    queue_type: str,
-    services_to_ourselves: None,
-    settings: Settings,
-    size: Size,
-    env: Callable[..., dict[str, str]],
-    site: Callable[[SiteShape], FaultSite],
-    fleet: Callable[[dict[str, str]], Fleet],
-    report: Callable[..., None],
+    queue_type: str, services_to_ourselves: None, scenario: Scenario
 ) -> None:
-    web = site(SiteShape.slow(size.urls))
-    procs = fleet(env(QUEUE_TYPE=queue_type))
-    procs.start_services(WORKERS)
-    producer = procs.producer("broker", "--sitemap", web.sitemap_index)
-    wait_for_progress(settings, "broker", size.urls // 20, size.settle_s, procs.assert_alive)
+    settings, size, report = scenario.settings, scenario.size, scenario.report
+    crawl = scenario.crawling("broker", SiteShape.slow(size.urls), WORKERS, QUEUE_TYPE=queue_type)
+    procs, producer = crawl.procs, crawl.producer
+    crawl.wait_for_progress(size.urls // 20)
     assert producer.poll() is None, "the producer finished before the restart: nothing to test"
 
     with rabbitmq_stopped(settings):
@@ -47,9 +37,8 @@ def test_a_broker_restart_loses_nothing_and_everyone_reconnects(
     broker_boot_s = time.monotonic() - restarting_at
     reconnect_s = wait_for_reconnects(procs, restarting_at, timeout_s=60)
 
-    assert producer.wait(timeout=size.settle_s) == 0
-    summary = procs.producer_summary("broker")
-    ledger = wait_for_ledger(settings, "broker", web.urls(), size.settle_s, check=procs.assert_alive)
+    summary = crawl.producer_finished(size.settle_s)
+    ledger = crawl.ledger()
     republished = procs.log_lines("producer", "publishes not confirmed")
     report(
         **ledger.figures(),

@@ -15,8 +15,6 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from worker.handling.poison import DeliveryLimit, message_fingerprint
 
-pytestmark = pytest.mark.faults
-
 BODY = CrawlTask(url="http://example.com/crash", run_id="r", queue="bulk").encode()
 
 

@@ -3,35 +3,24 @@ is committed and acked or returned, and a restart with the same run id finishes 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from shared.settings import Settings
-from tests.faults.conftest import SIZE, Size
-from tests.faults.fleet import STOP_BOUND_S, Fleet
-from tests.faults.ledger import outcomes_so_far, wait_for_ledger, wait_for_progress
-from tests.faults.site import FaultSite, SiteShape
+from tests.faults.conftest import SIZE
+from tests.faults.fleet import STOP_BOUND_S
+from tests.faults.ledger import outcomes_so_far, wait_for_ledger
+from tests.faults.scenario import Scenario
+from tests.faults.site import SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+pytestmark = pytest.mark.timeout(SIZE.timeout_s)
 
 WORKERS = 4
 
 
-def test_sigterm_to_everything_exits_in_time_and_loses_nothing(
-    settings: Settings,
-    size: Size,
-    env: Callable[..., dict[str, str]],
-    site: Callable[[SiteShape], FaultSite],
-    fleet: Callable[[dict[str, str]], Fleet],
-    report: Callable[..., None],
-) -> None:
-    shape = SiteShape.slow(size.urls)
-    web = site(shape)
-    first = fleet(env())
-    first.start_services(WORKERS)
-    producer = first.producer("sigterm", "--sitemap", web.sitemap_index)
-    wait_for_progress(settings, "sigterm", size.urls // 10, size.settle_s, first.assert_alive)
+def test_sigterm_to_everything_exits_in_time_and_loses_nothing(scenario: Scenario) -> None:
+    settings, size, report = scenario.settings, scenario.size, scenario.report
+    crawl = scenario.crawling("sigterm", SiteShape.slow(size.urls), WORKERS)
+    web, first, producer = crawl.web, crawl.procs, crawl.producer
+    crawl.wait_for_progress(size.urls // 10)
     assert producer.poll() is None, "the producer finished before the stop: nothing to test"
 
     exits = first.stop(extra={"producer": producer})
@@ -44,7 +33,7 @@ def test_sigterm_to_everything_exits_in_time_and_loses_nothing(
     assert interrupted["stopped_early"] is True
 
     # The same run id again: the producer publishes only what it had not, the workers finish.
-    second = fleet(env())
+    second = scenario.fleet(scenario.env())
     second.start_services(WORKERS)
     assert second.producer("sigterm", "--sitemap", web.sitemap_index).wait(timeout=size.settle_s) == 0
     resumed = second.producer_summary("sigterm")

@@ -8,7 +8,6 @@ import hashlib
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -18,9 +17,10 @@ from shared.settings import Settings
 from tests.faults.conftest import SIZE
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import take_ledger, wait_for_ledger
+from tests.faults.scenario import Scenario
 from tests.faults.site import FaultSite, SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+pytestmark = pytest.mark.timeout(SIZE.timeout_s)
 
 PAGES = 50
 ALWAYS_500 = 5
@@ -34,20 +34,14 @@ UNDECODABLE = (
 SETTLE_S = 60.0
 
 
-def test_poison_inputs_end_dead_with_a_reason_and_a_replay_cannot_loop(
-    settings: Settings,
-    env: Callable[..., dict[str, str]],
-    site: Callable[[SiteShape], FaultSite],
-    fleet: Callable[[dict[str, str]], Fleet],
-    report: Callable[..., None],
-) -> None:
-    web = site(
-        SiteShape(pages=PAGES, always_500=ALWAYS_500, charset_traps=CHARSET_TRAPS, charset_lies=CHARSET_LIES)
+def test_poison_inputs_end_dead_with_a_reason_and_a_replay_cannot_loop(scenario: Scenario) -> None:
+    settings, report = scenario.settings, scenario.report
+    shape = SiteShape(
+        pages=PAGES, always_500=ALWAYS_500, charset_traps=CHARSET_TRAPS, charset_lies=CHARSET_LIES
     )
-    environment = env()
-    procs = fleet(environment)
-    procs.start_services(2)
-    assert procs.producer("poison", "--sitemap", web.sitemap_index).wait(timeout=60) == 0
+    crawl = scenario.crawled("poison", shape, 2, 60)
+    web, procs = crawl.web, crawl.procs
+    environment = procs.env
     publish_raw(settings, UNDECODABLE)
     undecodable = [f"undecodable:{hashlib.sha256(body).hexdigest()}" for body in UNDECODABLE]
 
@@ -99,22 +93,18 @@ def test_poison_inputs_end_dead_with_a_reason_and_a_replay_cannot_loop(
 
 
 def test_a_url_that_kills_its_worker_every_time_ends_dead_after_the_delivery_limit(
-    settings: Settings,
-    env: Callable[..., dict[str, str]],
-    site: Callable[[SiteShape], FaultSite],
-    fleet: Callable[[dict[str, str]], Fleet],
-    report: Callable[..., None],
+    scenario: Scenario,
 ) -> None:
+    settings, report = scenario.settings, scenario.report
     # The worker is killed each time it fetches the hanging URL: a crash that the URL causes.
-    web = site(SiteShape(pages=20, hangs=1))
     # One fetch at a time: the URL being fetched when the worker dies is the one that killed it
     # (with more in flight, the others in flight at every kill are suspects too).
-    procs = fleet(env(FETCH_READ_TIMEOUT_S="60", FETCH_DEADLINE_S="60", FETCH_CONCURRENCY="1"))
-    procs.start_services(1)
-    assert procs.producer("killer", "--sitemap", web.sitemap_index).wait(timeout=60) == 0
+    one_at_a_time = {"FETCH_READ_TIMEOUT_S": "60", "FETCH_DEADLINE_S": "60", "FETCH_CONCURRENCY": "1"}
+    crawl = scenario.crawled("killer", SiteShape(pages=20, hangs=1), 1, 60, **one_at_a_time)
+    web, procs = crawl.web, crawl.procs
     kills = kill_whoever_fetches(settings, "killer", web, procs, "/hang/1.html")
 
-    ledger = wait_for_ledger(settings, "killer", web.urls(), SETTLE_S, check=procs.assert_alive)
+    ledger = crawl.ledger(SETTLE_S)
     report(**ledger.figures(), sigkills=kills, hang_fetches=web.hits("/hang/1.html"))
     ledger.assert_every_url_once()
     (killer,) = web.urls("hang")

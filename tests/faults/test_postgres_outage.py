@@ -4,38 +4,29 @@ and back off, nothing is acked that was not committed, and no healthy URL is dea
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
-from shared.settings import Settings
-from tests.faults.conftest import OUTAGE_TIMEOUT_S, Size
-from tests.faults.fleet import Fleet
-from tests.faults.ledger import outcomes_so_far, wait_for_ledger, wait_for_progress
+from tests.faults.conftest import OUTAGE_TIMEOUT_S
+from tests.faults.ledger import outcomes_so_far
 from tests.faults.outages import postgres_stopped
-from tests.faults.site import FaultSite, SiteShape
+from tests.faults.scenario import Scenario
+from tests.faults.site import SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(OUTAGE_TIMEOUT_S)]
+pytestmark = pytest.mark.timeout(OUTAGE_TIMEOUT_S)
 
 WORKERS = 4
 ALWAYS_500 = 10
 
 
 def test_a_database_outage_pauses_work_and_dead_letters_nothing_healthy(
-    services_to_ourselves: None,
-    settings: Settings,
-    size: Size,
-    env: Callable[..., dict[str, str]],
-    site: Callable[[SiteShape], FaultSite],
-    fleet: Callable[[dict[str, str]], Fleet],
-    report: Callable[..., None],
+    services_to_ourselves: None, scenario: Scenario
 ) -> None:
+    settings, size, report = scenario.settings, scenario.size, scenario.report
     pages = size.urls - ALWAYS_500
-    web = site(SiteShape(pages=pages, always_500=ALWAYS_500, page_delay_s=0.02))
-    procs = fleet(env())
-    procs.start_services(WORKERS)
-    producer = procs.producer("pg", "--sitemap", web.sitemap_index)
-    wait_for_progress(settings, "pg", size.urls // 5, size.settle_s, procs.assert_alive)
+    crawl = scenario.crawling("pg", SiteShape(pages=pages, always_500=ALWAYS_500, page_delay_s=0.02), WORKERS)
+    web, procs = crawl.web, crawl.procs
+    crawl.wait_for_progress(size.urls // 5)
     fetches_before = sum(web.page_hits().values())
 
     with postgres_stopped():
@@ -47,11 +38,11 @@ def test_a_database_outage_pauses_work_and_dead_letters_nothing_healthy(
     outage_s = time.monotonic() - stopped_at
     back_at = time.monotonic()
     resumed_at = outcomes_so_far(settings, "pg")
-    wait_for_progress(settings, "pg", resumed_at + 1, size.settle_s, procs.assert_alive)
+    crawl.wait_for_progress(resumed_at + 1)
     resumed_s = time.monotonic() - back_at
 
-    assert producer.wait(timeout=size.settle_s) == 0
-    ledger = wait_for_ledger(settings, "pg", web.urls(), size.settle_s, check=procs.assert_alive)
+    crawl.producer_finished(size.settle_s)
+    ledger = crawl.ledger()
     report(
         **ledger.figures(),
         outage_s=round(outage_s, 1),

@@ -30,7 +30,7 @@ from tests.faults.fleet import Fleet
 from tests.faults.ledger import queued_messages, wait_for_ledger
 from tests.faults.site import FaultSite, SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s + 360)]
+pytestmark = pytest.mark.timeout(SIZE.timeout_s + 360)
 
 URLS = {"small": 5_000, "large": 50_000}[SIZE.name]
 KILLS = 10

@@ -19,8 +19,6 @@ from shared.errors import ServiceUnavailable
 from shared.messages import CrawlTask
 from tests.fakes import FakeTime, MemoryDedup
 
-pytestmark = pytest.mark.faults
-
 URLS = [f"http://example.com/{i}" for i in range(10)]
 
 

@@ -8,40 +8,31 @@ import base64
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 
 import pytest
 
 from shared.amqp.topology import POISON_DELIVERY_LIMIT, dead_letter_queue, parked_queue, work_queue
 from shared.settings import Settings
 from tests.faults.conftest import SIZE
-from tests.faults.fleet import Fleet
-from tests.faults.ledger import wait_for_ledger
-from tests.faults.site import FaultSite, SiteShape
+from tests.faults.scenario import Scenario
+from tests.faults.site import SiteShape
 from tests.faults.test_poison import kill_whoever_fetches
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+pytestmark = pytest.mark.timeout(SIZE.timeout_s)
 
 ALWAYS_500 = 5
 
 
 @pytest.mark.usefixtures("management_api")  # queue types are read from it; skipped, saying why, without
-def test_quorum_queues_declare_and_carry_a_crawl_with_a_delivery_limit(
-    settings: Settings,
-    env: Callable[..., dict[str, str]],
-    site: Callable[[SiteShape], FaultSite],
-    fleet: Callable[[dict[str, str]], Fleet],
-    report: Callable[..., None],
-) -> None:
-    web = site(SiteShape(pages=100, news=20, always_500=ALWAYS_500, hangs=1))
+def test_quorum_queues_declare_and_carry_a_crawl_with_a_delivery_limit(scenario: Scenario) -> None:
+    settings, report = scenario.settings, scenario.report
+    shape = SiteShape(pages=100, news=20, always_500=ALWAYS_500, hangs=1)
     # One fetch at a time: when the worker dies, the URL it was fetching is the one that killed
     # it. With several fetches in flight, the others in flight at every kill are suspects too
     # (docs/RELIABILITY.md, "What the delivery limit cannot tell").
-    procs = fleet(
-        env(QUEUE_TYPE="quorum", FETCH_READ_TIMEOUT_S="60", FETCH_DEADLINE_S="60", FETCH_CONCURRENCY="1")
-    )
-    procs.start_services(1)
-    assert procs.producer("quorum", "--sitemap", web.sitemap_index).wait(timeout=60) == 0
+    one_at_a_time = {"FETCH_READ_TIMEOUT_S": "60", "FETCH_DEADLINE_S": "60", "FETCH_CONCURRENCY": "1"}
+    crawl = scenario.crawled("quorum", shape, 1, 60, QUEUE_TYPE="quorum", **one_at_a_time)
+    web, procs = crawl.web, crawl.procs
 
     ns = settings.crawl_namespace
     assert queue_type(settings, work_queue(ns, "priority")) == "classic"
@@ -49,7 +40,7 @@ def test_quorum_queues_declare_and_carry_a_crawl_with_a_delivery_limit(
         assert queue_type(settings, name) == "quorum", name
 
     kills = kill_whoever_fetches(settings, "quorum", web, procs, "/hang/1.html")
-    ledger = wait_for_ledger(settings, "quorum", web.urls(), 60, check=procs.assert_alive)
+    ledger = crawl.ledger(60)
     (killer,) = web.urls("hang")
     by = "worker" if ledger.dead[killer].worker_id else "broker"
     report(**ledger.figures(), sigkills=kills, hang_fetches=web.hits("/hang/1.html"), dead_lettered_by=by)

@@ -13,7 +13,7 @@ from tests.faults.fleet import Fleet
 from tests.faults.ledger import take_ledger, wait_for_ledger
 from tests.faults.site import FaultSite, SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+pytestmark = pytest.mark.timeout(SIZE.timeout_s)
 
 EXPIRY_S = 1.0
 

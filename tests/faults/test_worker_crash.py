@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 
 import pytest
 
-from shared.settings import Settings
-from tests.faults.conftest import SIZE, Size
-from tests.faults.fleet import Fleet
-from tests.faults.ledger import outcomes_so_far, wait_for_ledger, wait_for_progress
-from tests.faults.site import FaultSite, SiteShape
+from tests.faults.conftest import SIZE
+from tests.faults.ledger import outcomes_so_far
+from tests.faults.scenario import Scenario
+from tests.faults.site import SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+pytestmark = pytest.mark.timeout(SIZE.timeout_s)
 
 WORKERS = 4
 ROUNDS = 5
@@ -25,34 +23,26 @@ ALWAYS_500 = 20
 KILL_AT = (0.1, 0.25, 0.4, 0.55, 0.7)
 
 
-def test_sigkilled_workers_lose_and_double_nothing(
-    settings: Settings,
-    size: Size,
-    env: Callable[..., dict[str, str]],
-    site: Callable[[SiteShape], FaultSite],
-    fleet: Callable[[dict[str, str]], Fleet],
-    report: Callable[..., None],
-) -> None:
-    # A short page delay keeps fetches in flight, so kills land mid-fetch as well as mid-write.
-    web = site(SiteShape(pages=size.crash_urls - ALWAYS_500, always_500=ALWAYS_500, page_delay_s=0.02))
-    procs = fleet(env())
+def test_sigkilled_workers_lose_and_double_nothing(scenario: Scenario) -> None:
+    settings, size, report = scenario.settings, scenario.size, scenario.report
     started = time.monotonic()
-    procs.start_services(WORKERS)
-    producer = procs.producer("crash", "--sitemap", web.sitemap_index)
+    # A short page delay keeps fetches in flight, so kills land mid-fetch as well as mid-write.
+    shape = SiteShape(pages=size.crash_urls - ALWAYS_500, always_500=ALWAYS_500, page_delay_s=0.02)
+    crawl = scenario.crawling("crash", shape, WORKERS)
+    web, procs = crawl.web, crawl.procs
 
     chaos = random.Random(7)
     rounds: list[dict[str, object]] = []
     for share in KILL_AT:
-        wait_for_progress(settings, "crash", int(share * size.crash_urls), size.settle_s, procs.assert_alive)
+        crawl.wait_for_progress(int(share * size.crash_urls))
         victims = chaos.sample(procs.workers(), KILLED_PER_ROUND)
         for victim in victims:
             procs.kill(victim)
             procs.replace(victim)
         rounds.append({"at_outcomes": outcomes_so_far(settings, "crash"), "killed": victims})
-    assert producer.wait(timeout=60) == 0
-    assert procs.producer_summary("crash")["enqueued_total"] == size.crash_urls
+    assert crawl.producer_finished(60)["enqueued_total"] == size.crash_urls
 
-    ledger = wait_for_ledger(settings, "crash", web.urls(), size.settle_s, check=procs.assert_alive)
+    ledger = crawl.ledger()
     elapsed = time.monotonic() - started
     redeliveries = len(procs.log_lines("worker", "redelivered "))
     fetches = sum(web.page_hits().values())

@@ -19,7 +19,7 @@ from tests.faults.fleet import STOP_BOUND_S, Fleet
 from tests.faults.ledger import wait_for_ledger, wait_for_progress
 from tests.faults.site import FaultSite, SiteShape
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
+pytestmark = pytest.mark.timeout(SIZE.timeout_s)
 
 PAGES = 300
 POOL_ARGS = ("--processes", "2", "--concurrency", "4")

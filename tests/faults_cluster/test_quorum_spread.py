@@ -9,7 +9,7 @@ from shared.amqp.topology import build_topology, work_queue
 from shared.settings import Settings
 from tests.faults_cluster.cluster import NODES, node_name, queue_copies
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_quorum_queues_have_a_member_on_every_node(settings: Settings) -> None:

@@ -23,7 +23,7 @@ from tests.faults.ledger import wait_for_ledger, wait_for_progress
 from tests.faults.site import FaultSite, SiteShape
 from tests.faults_cluster.cluster import NODES, node_number, queue_copies, start_node, stop_node
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 WORKERS = 3
 ONE_DOWN_S = 3.0  # the leader alone is down: the queues elect another and go on

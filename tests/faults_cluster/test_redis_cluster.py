@@ -37,7 +37,7 @@ from tests.faults_cluster.redis_nodes import (
     wait_healthy,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 URLS = int(os.environ.get("CLUSTER_FAULT_URLS", "1200"))
 RATE_RPS = 40  # per domain: the site's access log shows whether a failover lets more through

@@ -17,8 +17,6 @@ from shared.urls import fingerprint
 from worker.fetch.cache import ResponseCache
 from worker.fetch.response import CacheEntry, Response
 
-pytestmark = pytest.mark.integration
-
 URL = "http://site.example/old"
 FP = fingerprint(URL).hex()
 STORED_AT = 1_700_000_000.5

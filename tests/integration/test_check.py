@@ -10,14 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from ops import management
 from ops.check import checks_for, run_checks
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
-
-pytestmark = pytest.mark.integration
 
 
 def closed_port() -> int:

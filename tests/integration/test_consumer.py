@@ -7,8 +7,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import pytest
-
 from shared.amqp import broker
 from shared.amqp.topology import (
     build_topology,
@@ -20,8 +18,6 @@ from shared.amqp.topology import (
 from shared.consumer import Delivery, Outcome, StopEvent, Subscription, run_consumers
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
-
-pytestmark = pytest.mark.integration
 
 
 def publish_tasks(settings: Settings, kind: str, bodies: list[bytes], priority: int | None = None) -> None:

@@ -8,14 +8,10 @@ import threading
 import time
 from collections.abc import Callable
 
-import pytest
-
 from shared.amqp.topology import work_queue
 from shared.consumer import Delivery, Outcome, Subscription
 from shared.settings import Settings
 from tests.integration.test_consumer import consume_in_thread, depth, publish_tasks, wait_for
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_held_message_comes_back_with_its_memo_and_does_not_block_its_thread(settings: Settings) -> None:

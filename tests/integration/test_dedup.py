@@ -14,8 +14,6 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import fingerprint
 
-pytestmark = pytest.mark.integration
-
 RUN = "run-1"
 
 

@@ -23,8 +23,6 @@ from shared.amqp.topology import (
 from shared.messages import CrawlTask
 from shared.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 
 def declared(settings: Settings) -> pika.BlockingConnection:
     connection = broker.connect(settings, "test-defer")

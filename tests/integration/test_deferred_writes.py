@@ -14,8 +14,6 @@ from shared.redis.keys import Keys
 from shared.redis.runstate import RunStates
 from shared.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[DeferringRedis]:

@@ -36,8 +36,6 @@ from shared.messages import CrawlTask, Failure, Progress
 from shared.postgres import db
 from shared.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 
 

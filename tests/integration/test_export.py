@@ -20,8 +20,6 @@ from ops.export import DEFAULT_FIELDS, ITERSIZE, export, export_to_file, page_co
 from shared.postgres import db
 from shared.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 RUN = "run-x"
 ROWS = ITERSIZE * 2 + 345  # more than two server-side batches, and a partial last one

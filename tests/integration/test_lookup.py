@@ -25,8 +25,6 @@ from worker.fetch.response import Response
 from worker.politeness.ratelimit import RateLimiter
 from worker.politeness.robots import RedisRobotsStore, RobotsEntry
 
-pytestmark = pytest.mark.integration
-
 URL = "HTTP://Example.COM:80/a/../docs/?b=2&a=1"
 DOMAIN = "example.com"
 
@@ -96,9 +94,9 @@ def test_lookup_shows_what_the_keys_and_rows_hold(settings: Settings, client: re
     assert shown["cache validators"] == "ETag '\"v1\"', Last-Modified 'Mon'"
     assert re.match(r"status 200, [01] s old, expires in (599|600) s ", shown["cache"])
 
-    multiplier = float(client.hget(keys.backoff(DOMAIN), "m"))  # type: ignore[arg-type]
-    assert multiplier == 2.0  # doubled once: the second answer came within the interval
-    assert shown["rate"].startswith(f"2/s configured, backoff x{multiplier:g}: 1/s")
+    wmax = float(client.hget(keys.backoff(DOMAIN), "wmax"))  # type: ignore[arg-type]
+    assert wmax == 1.0  # cut once: the second answer came within the (slowed) interval
+    assert re.match(r"2/s configured, now 1\.4\d*/s, slowed after 429 0 s ago \(", shown["rate"])
     pause_s = int(client.pttl(keys.pause(DOMAIN))) / 1000
     shown_pause_s = float(shown["pause"].split(" s left")[0])
     assert abs(shown_pause_s - pause_s) <= 0.2 and 29 <= pause_s <= 30

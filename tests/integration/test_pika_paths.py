@@ -22,8 +22,6 @@ from shared.consumer import Delivery, Outcome, Subscription
 from shared.settings import Settings
 from tests.integration.test_consumer import consume_in_thread, depth, publish_tasks, wait_for
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(params=[True, False], ids=["private_api", "public_api"])
 def private_api(request: pytest.FixtureRequest) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from psycopg import sql
 
 from bench.polite_floor import SITE_PAGES, PageSteps, cpu_us_a_page, loopback_site
@@ -13,8 +12,6 @@ from shared.postgres import db
 from shared.redis.client import OPERATOR, connect_redis
 from shared.settings import Settings
 from tests.integration.test_teardown import exists
-
-pytestmark = pytest.mark.integration
 
 
 def test_every_page_is_fetched_parsed_stored_and_acked(settings: Settings, tmp_path: Path) -> None:

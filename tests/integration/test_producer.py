@@ -31,8 +31,6 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import fingerprint
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 

@@ -16,7 +16,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.faults.site import FaultSite, SiteShape
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

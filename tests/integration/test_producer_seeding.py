@@ -21,8 +21,6 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from tests.integration.test_producer import LocalSite, urlset
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 
 

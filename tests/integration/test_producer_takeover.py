@@ -32,8 +32,6 @@ from worker.handling.handled import (
     seen_field,
 )
 
-pytestmark = pytest.mark.integration
-
 RUN = "takeover-1"
 
 

@@ -27,8 +27,6 @@ from shared.try_later import TryLater
 from tests.integration.test_politeness import crawl_in_threads, rows
 from tests.ports import closed_port
 
-pytestmark = pytest.mark.integration
-
 PASSWORD = "s3cret-pw"
 FORWARDED_HEADERS = ("Content-Type", "ETag", "Last-Modified", "Retry-After", "Location")
 

@@ -23,8 +23,6 @@ from worker.politeness.config import PolitenessConfig
 from worker.politeness.gate import RATE_HEADROOM, DomainGate
 from worker.politeness.ratelimit import RateLimiter, Reservation
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[redis.Redis]:

@@ -15,8 +15,6 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
 
-pytestmark = pytest.mark.integration
-
 
 def robots_route(robots: Answer) -> Route:
     def route(hit: Hit) -> Answer:

@@ -26,8 +26,6 @@ from shared.urls import fingerprint
 from tests.e2e.conftest import service_env
 from tests.integration.test_runs import hold, tasks
 
-pytestmark = pytest.mark.integration
-
 RUN = "it-runs"  # the run tests.integration.test_runs.hold holds messages of
 OTHER = "it-runs-2"  # a run whose name starts with the other's: none of its keys may go
 

@@ -14,8 +14,6 @@ from shared.redis.client import OPERATOR, connect_redis
 from shared.redis.keys import Keys
 from shared.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 
 def test_render_reads_like_make_demo() -> None:
     done = Accounting(run_id="r", stored=2, dead_by_reason={"http_404": 1}, skips_by_reason={"robots": 1})

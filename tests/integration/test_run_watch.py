@@ -14,8 +14,6 @@ from shared.settings import Settings
 from tests.fakes import FakeTime
 from tests.ports import closed_port
 
-pytestmark = pytest.mark.integration
-
 
 def test_a_lost_postgresql_connection_shows_unknown_then_is_opened_again(settings: Settings) -> None:
     db.ensure_schema(settings)

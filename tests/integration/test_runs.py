@@ -28,8 +28,6 @@ from worker.fetch.cache import ResponseCache
 from worker.handler import CrawlHandler
 from worker.handling.forwards import HOLD_UNROUTABLE_WAIT_S
 
-pytestmark = pytest.mark.integration
-
 RUN = "it-runs"
 
 

@@ -16,8 +16,6 @@ from shared.amqp.topology import build_topology, new_task_routing_key, work_exch
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 DEAD = "amqp://guest:guest@127.0.0.1:1/%2f"  # nothing listens on port 1
 
 

@@ -21,8 +21,6 @@ from shared.redis.runstate import held_queue
 from shared.settings import Settings
 from tests.conftest import cleanup, unique_name
 
-pytestmark = pytest.mark.integration
-
 CLOSED_PORT_HTTP = "http://127.0.0.1:1"
 
 
@@ -57,6 +55,7 @@ def test_without_the_api_every_queue_has_its_own_role(settings: Settings) -> Non
         f"{ns}.render": ("work", True),
         f"{ns}.dead": ("dead", True),
         f"{ns}.parked": ("parked", True),
+        f"{ns}.control.runs": ("control", True),
         f"{ns}.retry.500ms": ("retry", True),
         f"{ns}.retry.1000ms": ("retry", True),
         f"{ns}.defer.1000ms": ("defer", True),
@@ -181,3 +180,11 @@ def test_a_paused_runs_hold_queue_is_shown_with_role_held(
     assert list(roles(listed))[-1] == hold  # after the delay queues
     assert asked["queue_source"] == "amqp"
     assert roles(asked)[hold] == ("held", True)
+
+
+def test_a_worker_s_problem_rides_with_its_presence(settings: Settings) -> None:
+    quick = dataclasses.replace(settings, rabbitmq_management_url=CLOSED_PORT_HTTP, worker_id="w-full")
+    with announced(quick, heartbeat_s=0.1, problem=lambda: "WARC_DIR /w is full"):
+        time.sleep(0.3)
+        (worker,) = gather(quick, None)["workers"]
+    assert worker["problem"] == "WARC_DIR /w is full"

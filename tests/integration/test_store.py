@@ -17,8 +17,6 @@ from shared.settings import Settings
 from worker.store.rows import PageRow, SkipRow
 from worker.store.writer import ResultStore
 
-pytestmark = pytest.mark.integration
-
 
 def page(url: str, title: str, worker: str = "w1") -> PageRow:
     return PageRow(

@@ -4,7 +4,6 @@ the runs' hold queues included, which are not part of the topology."""
 from __future__ import annotations
 
 import pika.exceptions
-import pytest
 
 from ops import management
 from ops.runs import pause
@@ -15,8 +14,6 @@ from shared.redis.client import OPERATOR, connect_redis
 from shared.redis.keys import Keys
 from shared.redis.runstate import held_queue
 from shared.settings import Settings
-
-pytestmark = pytest.mark.integration
 
 
 def exists(settings: Settings, queue: str) -> bool:

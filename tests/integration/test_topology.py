@@ -22,8 +22,6 @@ from shared.amqp.topology import (
 from shared.errors import ConfigError
 from shared.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 
 def declare(settings: Settings) -> None:
     connection = broker.connect(settings, "test-topology")

@@ -13,7 +13,7 @@ from tests.renderer.conftest import render_settings
 from tests.renderer.script_site import Canary, ScriptSite
 from worker.parse.page import parse_page
 
-pytestmark = [pytest.mark.renderer, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_script_built_content_and_links_are_in_the_rendered_page(

@@ -20,7 +20,7 @@ from shared.settings import Settings
 from tests.e2e.conftest import service_env
 from tests.renderer.script_site import SITE_HOST, ScriptSite
 
-pytestmark = [pytest.mark.renderer, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 STRAY_GRACE_S = 30.0
 
 

@@ -12,8 +12,6 @@ from shared.amqp.broker import connection_parameters
 from shared.errors import ConfigError
 from shared.settings import Settings, amqp_urls, redact
 
-pytestmark = pytest.mark.unit
-
 THREE = (
     "amqp://guest:s3cret@127.0.0.1:5681/%2f, amqp://guest:s3cret@127.0.0.1:5682/%2f,"
     "amqp://guest:s3cret@127.0.0.1:5683/%2f"

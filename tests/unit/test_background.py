@@ -10,8 +10,6 @@ import pytest
 from producer.background import Background
 from shared.errors import ServiceUnavailable
 
-pytestmark = pytest.mark.unit
-
 
 def test_calls_run_one_at_a_time_in_the_order_given() -> None:
     ran: list[int] = []

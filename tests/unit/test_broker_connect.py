@@ -13,8 +13,6 @@ from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 from tests.ports import closed_port
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def silent_port() -> Iterator[int]:

@@ -9,12 +9,8 @@ import threading
 import time
 from collections.abc import Callable
 
-import pytest
-
 from shared.consumer import POLL_S, ConsumerRuntime, Outcome, StopEvent
 from shared.settings import Settings
-
-pytestmark = pytest.mark.unit
 
 
 class SleepingLink:

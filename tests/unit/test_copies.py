@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from ops.copies import Copies
-
-pytestmark = pytest.mark.unit
 
 AFTER_KILLS = {
     "enqueued.bulk": 900,

@@ -7,8 +7,6 @@ import pytest
 from ops.crawl import main, parse_args, producer_arguments
 from shared.errors import ConfigError
 
-pytestmark = pytest.mark.unit
-
 
 def test_inputs_and_recrawl_of_are_passed_on_to_the_producer() -> None:
     args = parse_args(["--sitemap", "https://a.test/s.xml", "--urls", "u.txt", "--recrawl-of", "run-1"])

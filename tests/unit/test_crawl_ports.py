@@ -11,8 +11,6 @@ from ops.crawl_workers import WorkerLaunch, worker_launches
 from shared.errors import ConfigError
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 METRICS = dataclasses.replace(Settings(), metrics_port=9100)
 
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from ops.crawl import parse_args
 from ops.crawl_ports import env_for, metrics_ports
 from ops.crawl_workers import DEFAULT_WORKERS, POOL_NAME, WorkerLaunch, worker_launches
 from shared.settings import DEFAULT_FETCH_CONCURRENCY, Settings
-
-pytestmark = pytest.mark.unit
 
 
 def test_n_workers_are_one_pool_of_n_processes() -> None:

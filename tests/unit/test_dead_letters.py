@@ -20,8 +20,6 @@ from shared.messages import ATTEMPT_HEADER, REPLAY_HEADER, CrawlTask, Failure, P
 from shared.settings import Settings
 from tests.fakes import FakeConnector, FakeDeadLetterConnection
 
-pytestmark = pytest.mark.unit
-
 NS = "crawl"
 TASK = CrawlTask(url="https://example.com/a", run_id="run1", queue="ttl", enqueued_at=1.0)
 

@@ -7,12 +7,8 @@ import gzip
 import re
 from pathlib import Path
 
-import pytest
-
 from bench.deep_frontier import URLS_PER_SITEMAP, write_sitemaps, write_tail
 from bench.perf_site import Site, SiteSpec
-
-pytestmark = pytest.mark.unit
 
 
 def test_sitemaps_list_every_url_once_in_files_of_at_most_50000(tmp_path: Path) -> None:

@@ -24,8 +24,6 @@ from demo_site.runner import serve_demo_site
 from demo_site.state import SiteState
 from shared.errors import ServiceUnavailable
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 NS = {"sm": "http://www.sitemaps.org/schemas/sitemap/0.9"}
 

@@ -22,11 +22,9 @@ from ops.dashboard.config import DashboardSettings
 from shared import metrics
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 BACKING_SERVICES = ("rabbitmq", "redis", "postgres")
-PIPELINE_SERVICES = ("producer", "worker", "dlq_consumer")
+PIPELINE_SERVICES = ("producer", "producer_service", "worker", "dlq_consumer")
 APP_MODULES = {"producer", "worker", "dlq_consumer", "demo_site"}
 # Operator commands compose runs as services beside the pipeline.
 OPERATOR_MODULES = {"ops.dashboard"}
@@ -52,12 +50,17 @@ SECRETS_NEEDED = {
     "grafana": {"GRAFANA_ADMIN_PASSWORD"},
     "dashboard": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD", "DASHBOARD_TOKEN"},
     "producer": {"RABBITMQ_DEFAULT_PASS"},
+    "producer_service": {"RABBITMQ_DEFAULT_PASS"},
     "worker": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
+    "worker-priority": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "dlq_consumer": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
 }
 # The service addresses, which compose builds for each pipeline service itself.
 SERVICE_URLS = {"AMQP_URL", "REDIS_URL", "DATABASE_URL"}
 MONITORING_SERVICES = ("prometheus", "grafana")
+# Pools that serve some of the work queues only (python -m worker --queues), beside the
+# general workers, under a profile of their own.
+DEDICATED_WORKERS = {"worker-priority": ["priority"]}
 RABBITMQ_PROMETHEUS_PORT = 15692
 # Per-queue metrics of the rabbitmq_prometheus plugin the dashboard may use, with the family of
 # /metrics/detailed that returns each.
@@ -472,11 +475,27 @@ def test_monitoring_services_run_only_under_their_profile(services: dict[str, di
     for name, service in services.items():
         if name in MONITORING_SERVICES:
             assert service.get("profiles") == ["monitoring"], f"{name} must run only with the profile"
+        elif name in DEDICATED_WORKERS:
+            assert service.get("profiles") == ["dedicated"], f"{name} must run only with the profile"
         else:
             assert "profiles" not in service, f"{name}: the pipeline must start without a profile"
         for dependency in service.get("depends_on", {}):
             if name not in MONITORING_SERVICES:
                 assert dependency not in MONITORING_SERVICES, f"{name} must not need {dependency}"
+
+
+def test_a_dedicated_pool_serves_its_queues_with_the_workers_settings(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    from worker.__main__ import parse_args, queue_kinds
+
+    for name, kinds in DEDICATED_WORKERS.items():
+        service = services[name]
+        words = command(service)
+        assert words[:3] == ["python", "-m", "worker"], f"{name}: {words}"
+        assert list(queue_kinds(parse_args(words[3:]).queues)) == kinds
+        assert environment(service) == environment(services["worker"]), f"{name}: not the workers' settings"
+        Settings.from_env({"WORKER_QUEUES": ",".join(kinds)})  # kinds a worker accepts
 
 
 def test_monitoring_images_are_pinned_releases(services: dict[str, dict[str, Any]]) -> None:

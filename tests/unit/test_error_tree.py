@@ -8,11 +8,7 @@ import inspect
 import pkgutil
 from pathlib import Path
 
-import pytest
-
 from shared.errors import PipelineError
-
-pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "producer", "worker", "dlq_consumer", "ops")

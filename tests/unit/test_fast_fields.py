@@ -16,8 +16,6 @@ from shared.errors import PermanentError
 from worker.parse.budget import ParseBudget
 from worker.parse.page import ParsedPage, decode_html, parse_page
 
-pytestmark = pytest.mark.unit
-
 BASE = "http://127.0.0.2:8000/docs/library/page.html"
 
 

@@ -13,8 +13,6 @@ from worker.parse.fast_fields import scan_lxml
 from worker.parse.fast_links import RelativeLinks, relative_key, split_base
 from worker.parse.page import _absolute_http, _links, decode_html
 
-pytestmark = pytest.mark.unit
-
 BASES = [
     "http://127.0.0.2:8000/docs/library/os.html",
     "http://127.0.0.2:8000/docs/library/",

@@ -19,8 +19,6 @@ from worker.fetch.fetcher import Fetcher, Validators
 from worker.fetch.verdicts import Verdict, classify, is_html, media_type
 from worker.parse.page import decode_html
 
-pytestmark = pytest.mark.unit
-
 HTML = "<html><head><title>Café</title></head><body>hello</body></html>"
 ETAG = '"v1"'
 # The paths whose answer never changes: path -> (status, body, content type, headers).

@@ -23,9 +23,6 @@ from shared.settings import Settings
 from tests.fakes import FakeTime
 from worker.fetch.fetcher import Fetcher
 
-pytestmark = pytest.mark.unit
-
-
 # --- the clock arithmetic ------------------------------------------------------------------
 
 

@@ -17,8 +17,6 @@ from shared import metrics
 from shared.settings import Settings
 from tests.ports import free_port
 
-pytestmark = pytest.mark.unit
-
 
 @dataclasses.dataclass
 class Served:

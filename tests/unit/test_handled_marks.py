@@ -6,14 +6,11 @@ import threading
 from types import TracebackType
 from typing import cast
 
-import pytest
 import redis
 
 from shared.messages import CrawlTask
 from shared.redis.keys import Keys
 from worker.handling.handled import HandledMarks
-
-pytestmark = pytest.mark.unit
 
 
 class FakePipeline:

@@ -9,8 +9,6 @@ import pytest
 from shared.consumer.holds import HeldMessages
 from tests.fakes import FakeTime
 
-pytestmark = pytest.mark.unit
-
 
 def test_nothing_is_due_before_its_time_and_everything_due_comes_out_earliest_first() -> None:
     clock = FakeTime(now=100.0)

@@ -27,8 +27,6 @@ from shared.urls import InvalidURL, canonicalize
 from tests.unit.test_netguard import Canary
 from worker.fetch.fetcher import Fetcher
 
-pytestmark = pytest.mark.unit
-
 MB = 1024 * 1024
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 ZEROS_GZIPPED_TWICE = gzip.compress(gzip.compress(b"\0" * (10 * MB)))

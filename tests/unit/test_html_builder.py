@@ -20,8 +20,6 @@ from worker.parse.bs4_fastpath import HtmlTreeBuilder, anatomy
 from worker.parse.html_builder import BudgetedTreeBuilder
 from worker.parse.soup import new_soup
 
-pytestmark = pytest.mark.unit
-
 bounded = hypothesis_settings(max_examples=300, deadline=None, database=None, derandomize=True)
 
 TAGS = [

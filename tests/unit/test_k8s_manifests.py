@@ -14,8 +14,6 @@ import yaml
 from shared.amqp.topology import work_queue
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
 MANIFEST_PATTERNS = ("*.yaml", "*.yml", "*.yaml.template")

@@ -6,11 +6,7 @@ import inspect
 import re
 from pathlib import Path
 
-import pytest
-
 from shared.redis.keys import Keys
-
-pytestmark = pytest.mark.unit
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "OPERATING.md"
 

@@ -17,8 +17,6 @@ from shared import library_checks
 from shared.amqp import pika_compat
 from shared.http import urllib3_compat
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("version", "inside"),

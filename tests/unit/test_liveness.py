@@ -7,8 +7,6 @@ import redis.exceptions
 
 from producer.liveness import Heartbeat
 
-pytestmark = pytest.mark.unit
-
 
 class FakeDedup:
     def __init__(self, failures: int = 0, error: Exception | None = None) -> None:

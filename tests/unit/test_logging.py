@@ -17,8 +17,6 @@ import pytest
 from shared.cli import JsonFormatter, configure_logging
 from shared.errors import ConfigError
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 
 

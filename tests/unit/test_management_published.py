@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import requests
 
 from ops.management import published_into
 from shared.settings import Settings
-
-pytestmark = pytest.mark.unit
 
 
 def test_the_queues_publish_totals_are_added_up_and_a_queue_with_none_yet_counts_0() -> None:

@@ -32,8 +32,6 @@ from shared.messages import (
     Progress,
 )
 
-pytestmark = pytest.mark.unit
-
 GOOD: dict[str, Any] = {
     "url": "http://a.test/p",
     "run_id": "run-1",

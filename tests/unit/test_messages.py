@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 from shared.errors import DecodeError
 from shared.messages import CrawlTask, Failure, Progress, TaskBodies
 
-pytestmark = pytest.mark.unit
-
 
 def test_task_round_trips() -> None:
     task = CrawlTask(

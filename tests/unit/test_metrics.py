@@ -23,8 +23,6 @@ from shared.settings import Settings
 from tests.fakes import FakeDeadLetterConnection
 from tests.ports import free_port
 
-pytestmark = pytest.mark.unit
-
 
 def on_port(port: int) -> Settings:
     return dataclasses.replace(Settings(), metrics_port=port, metrics_host="127.0.0.1")

@@ -14,12 +14,9 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
 from shared import metrics
-
-pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE_PACKAGES = ("producer", "worker", "dlq_consumer", "renderer", "shared")

@@ -36,8 +36,6 @@ from shared.settings import Settings
 from shared.urls import InvalidURL
 from worker.fetch.fetcher import Fetcher
 
-pytestmark = pytest.mark.unit
-
 PUBLIC = "93.184.216.34"  # judged, never connected to: LoopbackOnly refuses it
 GUARD_ON = Settings()
 LOOPBACK_ALLOWED = dataclasses.replace(GUARD_ON, fetch_allowlist="127.0.0.0/8")

@@ -9,10 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-
-pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 OFFLINE = REPO / "deploy/offline-images"

@@ -12,8 +12,6 @@ from worker.parse.budget import ParseBudget
 from worker.parse.page import _absolute_http, _first_body, _links, decode_html, parse_page
 from worker.parse.soup import new_soup
 
-pytestmark = pytest.mark.unit
-
 FULL = """<!doctype html>
 <html lang=" en-GB ">
 <head>

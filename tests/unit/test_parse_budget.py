@@ -14,8 +14,6 @@ from worker.parse.markup_scan import MarkupScan
 from worker.parse.page import parse_budget, parse_page
 from worker.parse.soup import new_soup
 
-pytestmark = pytest.mark.unit
-
 URL = "http://x.example/"
 
 

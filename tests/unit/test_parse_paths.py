@@ -18,8 +18,6 @@ from worker.parse import bs4_fastpath
 from worker.parse.budget import ParseBudget
 from worker.parse.page import ParsedPage, parse_page
 
-pytestmark = pytest.mark.unit
-
 DEFAULT = ParseBudget()
 bounded = hypothesis_settings(max_examples=200, deadline=None, database=None, derandomize=True)
 

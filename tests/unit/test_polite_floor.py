@@ -6,8 +6,6 @@ import pytest
 
 from bench.polite_floor import parse_args
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     "argv", [["--hot", "0"], ["--calls", "0"], ["--rounds", "0"], ["--pauses", "0"], ["--pauses", "soon"]]

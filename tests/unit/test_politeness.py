@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from shared.errors import ConfigError, TransientError
+from shared.errors import ConfigError, PermanentError
 from shared.settings import Settings
 from shared.try_later import HeldSlot, TryLater
 from tests.fakes import FakeLimiter, FakeTime
@@ -21,11 +21,10 @@ from worker.politeness.domain_limiter import Reservation
 from worker.politeness.gate import (
     BUSY_RETRY_S,
     CLEAR_AHEAD_S,
+    FORBIDDEN_BURST,
     RATE_HEADROOM,
     DomainGate,
 )
-
-pytestmark = pytest.mark.unit
 
 SETTINGS = Settings(rate_limit_rps=2.0, max_concurrent_per_domain=8, max_inline_wait_s=1.0)
 
@@ -143,8 +142,8 @@ def test_a_request_too_close_behind_the_previous_one_waits_the_difference() -> N
     sent: list[float] = []
     gate.call("a.example", lambda: sent.append(fake.now))
     assert fake.slept == [0.2, 0.03] and sent == [pytest.approx(0.23)]
-    # 1.05 / 2 req/s, doubled by the backoff
-    assert limiter.spacings == [pytest.approx(RATE_HEADROOM / 2.0 * 2.0)] * 2
+    # 1.05 / 2 req/s: the limiter itself stretches it by the domain's slow-down as it is now
+    assert limiter.spacings == [pytest.approx(RATE_HEADROOM / 2.0)] * 2
 
 
 def test_a_pause_found_just_before_sending_is_try_later() -> None:
@@ -280,24 +279,44 @@ def test_throttling_without_retry_after_slows_the_domain_at_its_rate() -> None:
     assert limiter.slowed == [0.25] and limiter.pauses == []
 
 
-def test_successes_let_a_backoff_decay_and_failures_do_not() -> None:
+def test_a_burst_of_403s_may_slow_the_domain_a_single_429_does() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True))
+    gate, _ = gate_with(limiter)
+
+    def forbidden() -> None:
+        raise PermanentError("http_403", "", 403)
+
+    def gone() -> None:
+        raise PermanentError("http_404", "", 404)
+
+    for answer in (forbidden, gone, forbidden):
+        with pytest.raises(PermanentError):
+            gate.call("a.example", answer)
+    # Each 403 is counted by the shared limiter, which slows down at the third in its window.
+    assert limiter.slowed_why == [("403", FORBIDDEN_BURST), ("403", FORBIDDEN_BURST)]
+
+
+def test_rising_latency_slows_the_domain_once_and_steady_latency_does_not() -> None:
+    limiter = FakeLimiter(Reservation(0.0, True))
+    gate, fake = gate_with(limiter)
+
+    def answer_in(seconds: float) -> None:
+        fake.now += seconds
+
+    for _ in range(30):
+        gate.call("a.example", lambda: answer_in(0.02))
+    assert limiter.slowed_why == []
+    for _ in range(8):
+        gate.call("a.example", lambda: answer_in(0.5))
+    assert limiter.slowed_why == [("latency", 1)]
+
+
+def test_a_slowed_domain_costs_no_extra_round_trip_per_page() -> None:
+    """The rate recovers by itself in time: a success writes nothing."""
     limiter = FakeLimiter(Reservation(0.0, True, backoff=4.0))
     gate, _ = gate_with(limiter)
     gate.call("a.example", lambda: None)
-
-    def fail() -> None:
-        raise TransientError("timeout")
-
-    with pytest.raises(TransientError):
-        gate.call("a.example", fail)
-    assert limiter.sped_up == 1
-
-
-def test_no_backoff_means_no_extra_round_trip() -> None:
-    limiter = FakeLimiter(Reservation(0.0, True))
-    gate, _ = gate_with(limiter)
-    gate.call("a.example", lambda: None)
-    assert limiter.sped_up == 0
+    assert limiter.slowed == [] and limiter.pauses == []
 
 
 def wait_metrics() -> tuple[float, float]:

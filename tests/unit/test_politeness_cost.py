@@ -14,8 +14,6 @@ from bench.measure import children_of, postmasters
 from bench.politeness_cost import Result, SitePages, corpus_route, parse_args
 from bench.site import Hit
 
-pytestmark = pytest.mark.unit
-
 
 def result(ours: float, services: float, idle: float) -> Result:
     return Result("run", 10.0, 200, 2, ours, services, idle, 200, 0, 200)

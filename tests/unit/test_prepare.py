@@ -5,12 +5,8 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-import pytest
-
 from tests.fakes import FakeTime
 from tests.prepare import PLUGIN, prepare_management_api
-
-pytestmark = pytest.mark.unit
 
 
 class Broker:

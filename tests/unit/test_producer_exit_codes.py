@@ -14,8 +14,6 @@ from producer.__main__ import (
     seeded_to_the_end,
 )
 
-pytestmark = pytest.mark.unit
-
 FAILED = [{"url": "http://s/gone.xml", "error": "HTTP 404"}]
 
 

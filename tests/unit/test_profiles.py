@@ -10,8 +10,6 @@ from bs4 import BeautifulSoup
 from shared.errors import ConfigError
 from worker.parse.profiles import load_profiles
 
-pytestmark = pytest.mark.unit
-
 GOOD = """
 [[profile]]
 name = "articles"

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import io
 
-import pytest
-
 from producer.pipeline_types import Counts
 from producer.progress import describe
 from shared.progress import ProgressDisplay, Rate, Snapshot, duration, eta_s, live_detail, periodic_line
 from tests.fakes import FakeTime
-
-pytestmark = pytest.mark.unit
 
 
 def snap(at: float, stored: int, total: int = 300, dead: int = 0, skipped: int = 0, **kw: object) -> Snapshot:

@@ -22,8 +22,6 @@ from shared.http.addresses import AddressPolicy, blocked_reason
 from shared.http.netguard import AddressGuard
 from shared.urls import InvalidURL, canonicalize
 
-pytestmark = pytest.mark.unit
-
 bounded = hypothesis_settings(max_examples=200, deadline=None, database=None, derandomize=True)
 
 BLOCKED_IPV4_NETWORKS = [

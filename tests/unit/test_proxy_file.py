@@ -10,8 +10,6 @@ from shared.errors import ConfigError
 from shared.http.proxies import proxies_of
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 
 def settings_with(tmp_path: Path, lines: str, proxies: str = "") -> Settings:
     path = tmp_path / "proxies.txt"

@@ -5,13 +5,9 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
-import pytest
-
 from shared.errors import TransientError
 from shared.http.proxies import Proxy, ProxyPool, parse_proxies
 from tests.fakes import FakeTime
-
-pytestmark = pytest.mark.unit
 
 
 class FakeBench:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from pika import frame, spec
 
 from producer.publish_frames import PublishFrames
 from shared.amqp.broker import Publication
-
-pytestmark = pytest.mark.unit
 
 CHANNEL = 1
 FRAME_MAX = spec.FRAME_MAX_SIZE

@@ -8,8 +8,6 @@ import pytest
 
 from producer.recrawl import is_due, parse_lastmod
 
-pytestmark = pytest.mark.unit
-
 UTC = datetime.UTC
 FETCHED = datetime.datetime(2024, 5, 10, 12, 0, tzinfo=UTC)
 NOW = datetime.datetime(2024, 5, 12, 12, 0, tzinfo=UTC)

@@ -9,8 +9,6 @@ from shared.redis.client import GLANCE, OPERATOR, PRODUCER, WORKER, RedisUse, co
 from shared.redis.deferred_writes import DeferringRedis
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 SETTINGS = Settings(redis_url="redis://127.0.0.1:6379/3")
 
 

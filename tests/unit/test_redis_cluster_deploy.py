@@ -7,10 +7,6 @@ import re
 import tomllib
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy" / "local" / "redis-cluster.sh"
 

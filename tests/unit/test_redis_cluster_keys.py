@@ -14,8 +14,6 @@ from shared.redis.keys import Keys
 from shared.settings import Settings
 from shared.urls import fingerprint
 
-pytestmark = pytest.mark.unit
-
 KEYS = Keys("crawl")
 DOMAINS = ["example.com", "a.example.org", "127.0.0.2", "xn--bcher-kva.example"]
 

@@ -23,8 +23,6 @@ from shared.settings import Settings
 from tests.fakes import FakeTime, MemoryDedup
 from tests.unit.test_store_isolation import FakeDatabase, write_batch
 
-pytestmark = pytest.mark.unit
-
 
 def down(attempt: int) -> ServiceUnavailable:
     return ServiceUnavailable("PostgreSQL", "127.0.0.1", f"refused on attempt {attempt}")

@@ -24,8 +24,6 @@ from worker.politeness.robots import (
     robots_url,
 )
 
-pytestmark = pytest.mark.unit
-
 AGENT = "crawl-pipeline/0.1 (+https://github.com/crawl-pipeline)"
 TEXT = b"""User-agent: *
 Disallow: /private/

@@ -8,8 +8,6 @@ import pytest
 from producer.routing import Route, Router, load_router, parse_lastmod, parse_rules
 from shared.errors import ConfigError
 
-pytestmark = pytest.mark.unit
-
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC).timestamp()
 
 

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from shared.redis.keys import Keys
 from shared.redis.runstate import RunStates, decode_state
-
-pytestmark = pytest.mark.unit
 
 
 class FakeRedis:

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-import pytest
-
 from shared.postgres.db import _statements
-
-pytestmark = pytest.mark.unit
 
 
 def test_statements_split_at_semicolons_outside_dollar_quotes() -> None:

@@ -8,8 +8,6 @@ from producer.routing import Router, parse_rules
 from shared.errors import ConfigError
 from worker.parse.script_shell import looks_like_script_shell
 
-pytestmark = pytest.mark.unit
-
 SHELL = '<html><body><div id="root"></div><script src="/app.js"></script></body></html>'
 
 

@@ -10,8 +10,6 @@ import pytest
 from shared.errors import ConfigError
 from shared.settings import AT_LEAST_ONE, CHOICES, NAME_SETTINGS, NOT_NEGATIVE, POSITIVE, Settings, redact
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("url", "shown"),

@@ -9,8 +9,6 @@ import pytest
 from shared.errors import ConfigError
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 
 def settings_from(tmp_path: Path, text: str, **env: str) -> Settings:
     path = tmp_path / "crawl.toml"

@@ -1,10 +1,6 @@
 import threading
 
-import pytest
-
 from shared.signals import off_the_handler
-
-pytestmark = pytest.mark.unit
 
 
 def test_the_action_runs_on_another_thread_and_the_caller_does_not_wait_for_it() -> None:

@@ -11,8 +11,6 @@ from producer.fetch import FetchFailed
 from producer.lastmod import normalise_lastmod, normalise_rss_date
 from producer.sitemaps import READ_CHUNK_BYTES, SitemapEntry, SitemapError, SitemapReader, parse_sitemap
 
-pytestmark = pytest.mark.unit
-
 MB = 1024 * 1024
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 ATOM = 'xmlns="http://www.w3.org/2005/Atom"'

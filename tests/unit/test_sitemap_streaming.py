@@ -13,7 +13,6 @@ import gzip
 from xml.etree.ElementTree import Element
 
 import defusedxml.ElementTree
-import pytest
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -27,8 +26,6 @@ from producer.sitemaps import (
     _entry,
     parse_sitemap,
 )
-
-pytestmark = pytest.mark.unit
 
 bounded = hypothesis_settings(max_examples=300, deadline=None, database=None, derandomize=True)
 MB = 1024 * 1024

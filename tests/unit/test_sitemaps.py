@@ -10,8 +10,6 @@ from producer.fetch import FetchFailed
 from producer.sitemaps import ChildSitemap, SitemapEntry, SitemapError, SitemapReader, parse_sitemap
 from producer.sources import read_url_file
 
-pytestmark = pytest.mark.unit
-
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 MB = 1024 * 1024
 

@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 from producer.sitemaps import SitemapEntry
 from producer.spread import host_of, spread_hosts
 
-pytestmark = pytest.mark.unit
-
 
 def entries(*urls: str) -> list[SitemapEntry]:
     return [SitemapEntry(url, "test") for url in urls]

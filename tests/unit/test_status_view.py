@@ -11,8 +11,6 @@ from ops.status_view import CLEAR_SCREEN, frame, render
 from shared.amqp.topology import queue_role
 from shared.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 NS = "crawl"
 
 
@@ -179,3 +177,11 @@ def test_a_run_s_view_says_what_the_broker_received_once_copies_were_delivered()
     text = render(report)
     assert "taken over        300   claims of a dead producer; 120 re-published" in text
     assert "broker copies    1120   delivered so far: 1000 first + 120 second copies" in text
+
+
+def test_a_worker_whose_warc_writes_wait_says_why_in_both_views() -> None:
+    report = busy_report(run=False)
+    report["workers"][3]["problem"] = "WARC_DIR /data/warc is full (No space left on device)"
+    why = "machine-3.example.com-1003 waits: WARC_DIR /data/warc is full (No space left on device)"
+    assert why in render(report)
+    assert why in frame(report, "footer", (200, 60))

@@ -21,8 +21,6 @@ from shared.settings import Settings
 from worker.store.rows import PageRow
 from worker.store.writer import ResultStore
 
-pytestmark = pytest.mark.unit
-
 REFUSED = {
     "http://a.test/out-of-range": psycopg.errors.NumericValueOutOfRange("integer out of range"),
     "http://a.test/too-long": psycopg.errors.ProgramLimitExceeded("index row size 9000 exceeds maximum 2704"),

@@ -15,8 +15,6 @@ from ops.crawl_processes import CrawlFailed, Processes, exit_text, last_line
 from shared.supervision import RestartPolicy
 from tests.fakes import FakeTime
 
-pytestmark = pytest.mark.unit
-
 
 def test_the_pause_doubles_with_each_death_up_to_a_cap() -> None:
     clock = FakeTime(1000.0)

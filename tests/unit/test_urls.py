@@ -14,8 +14,6 @@ from shared.urls import (
     fingerprint,
 )
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("given", "canonical"),

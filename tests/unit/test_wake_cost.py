@@ -6,8 +6,6 @@ import pytest
 
 from bench.wake_cost import HandOff, SocketWork, cpu_us_per_call, parse_args
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("argv", [["--calls", "0"], ["--pauses", "0"], ["--pauses", "half"]])
 def test_arguments_that_cannot_make_a_measurement_are_refused(argv: list[str]) -> None:

@@ -39,6 +39,7 @@ from shared.settings import Settings
 from shared.urls import fingerprint
 from worker.fetch.response import CacheEntry, Response
 from worker.fetch.verdicts import is_html
+from worker.warc.exchange import ArchivedAs, archived_as
 
 log = logging.getLogger("worker.cache")  # the name operators know: kept as the module moved
 
@@ -119,6 +120,9 @@ class ResponseCache:
             "lm": response.last_modified,
             "at": self._clock(),
         }
+        archived = _archived(response)
+        if archived is not None:  # the record a later revisit of it names (worker/warc/)
+            header["warc"] = [archived.record_id, archived.target_uri, archived.date, archived.payload_digest]
         body = zlib.compress(response.body, _ZLIB_LEVEL)
         value = json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
         key = self._keys.cache(fingerprint(url).hex())
@@ -159,6 +163,7 @@ class ResponseCache:
                 etag=_optional_str(header.get("etag")),
                 last_modified=_optional_str(header.get("lm")),
                 from_cache=True,
+                archived=_archived_from(header.get("warc")),
             )
             # Young enough (by this worker's clock against the storing one's) to use as it is.
             return CacheEntry(response, fresh=self._clock() - float(header["at"]) < self._fresh_s)
@@ -176,3 +181,17 @@ class ResponseCache:
 
 def _optional_str(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _archived(response: Response) -> ArchivedAs | None:
+    """The response record this response's body is in: its own when just fetched, or the one
+    its cached body came from when a 304 revalidated it."""
+    if response.exchange is not None and not response.not_modified:
+        return archived_as(response.exchange)
+    return response.archived
+
+
+def _archived_from(value: object) -> ArchivedAs | None:
+    if isinstance(value, list) and len(value) == 4 and all(isinstance(part, str) for part in value):
+        return ArchivedAs(*value)
+    return None

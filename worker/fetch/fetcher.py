@@ -34,8 +34,9 @@ import urllib3.exceptions
 
 from shared.errors import PermanentError, TransientError
 from shared.http.deadline import fetch_deadline
-from shared.http.proxies import ProxyFailed, without_credentials
+from shared.http.proxies import ProxyFailed, socks_proxy_at_fault, without_credentials
 from shared.settings import Settings
+from worker.fetch.raw_body import exchange_of, read_raw_body
 from worker.fetch.response import Response
 from worker.fetch.verdicts import Judge, Verdict, judge_page
 from worker.parse.budget import ParseBudget, ParseLimitExceeded
@@ -70,18 +71,29 @@ class Validators:
         return headers
 
 
+def _connection_failure(
+    url: str, exc: requests.exceptions.ConnectionError, via_proxy: bool
+) -> TransientError:
+    """The proxy's failure (ProxyFailed) or the site's: an HTTP proxy's error, a timed-out
+    connection to a proxy (the one connection made), or a SOCKS proxy unreachable or refusing
+    our login are the proxy's."""
+    if isinstance(exc, requests.exceptions.ProxyError) or (
+        via_proxy and (isinstance(exc, requests.exceptions.ConnectTimeout) or socks_proxy_at_fault(exc))
+    ):
+        return ProxyFailed("proxy_error", without_credentials(f"{url}: {exc}"))
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return TransientError("timeout", f"{url}: {exc}")
+    return TransientError("connection_error", f"{url}: {exc}")
+
+
 @contextlib.contextmanager
 def _translate_errors(url: str, via_proxy: bool = False) -> Iterator[None]:
     """The one place where requests' and urllib3's exceptions become ours."""
     try:
         yield
-    except requests.exceptions.ProxyError as exc:  # before ConnectionError, its base
-        raise ProxyFailed("proxy_error", without_credentials(f"{url}: {exc}")) from None
-    except requests.exceptions.ConnectTimeout as exc:
-        if via_proxy:  # the connection that timed out was the one to the proxy
-            raise ProxyFailed("proxy_error", without_credentials(f"{url}: {exc}")) from None
-        raise TransientError("timeout", f"{url}: {exc}") from None
-    except requests.exceptions.Timeout as exc:  # before ConnectionError: ConnectTimeout is both
+    except requests.exceptions.ConnectionError as exc:  # ProxyError and ConnectTimeout among them
+        raise _connection_failure(url, exc, via_proxy) from None
+    except requests.exceptions.Timeout as exc:  # a read timeout (ConnectTimeout is taken above)
         raise TransientError("timeout", f"{url}: {exc}") from None
     except (
         requests.exceptions.InvalidURL,
@@ -93,7 +105,7 @@ def _translate_errors(url: str, via_proxy: bool = False) -> Iterator[None]:
         raise PermanentError("invalid_url", f"{url}: {exc}") from None
     except requests.exceptions.ContentDecodingError as exc:
         raise PermanentError("bad_content_encoding", f"{url}: {exc}") from None
-    except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+    except requests.exceptions.ChunkedEncodingError as exc:
         raise TransientError("connection_error", f"{url}: {exc}") from None
     except requests.exceptions.RequestException as exc:
         raise TransientError("request_error", f"{url}: {exc}") from None
@@ -182,6 +194,8 @@ class Fetcher:
         # arrives, so that it holds neither the memory of its whole body nor a parse.
         self._parse_budget = ParseBudget(settings.parse_max_nodes)
         self._check_url = check_url
+        # With WARC on, a page's body is read as it came and decoded here, for its record.
+        self._keep_raw = bool(settings.warc_dir)
         self._session = session_factory()
         self._session.headers["User-Agent"] = settings.user_agent
         # Proxies are chosen per request from PROXIES; a stray HTTP_PROXY in the environment
@@ -206,7 +220,13 @@ class Fetcher:
         # every hop is harmless, since redirect responses do not answer conditionals.
         headers = validators.headers() if validators else {}
         return self.request(
-            url, headers, proxy, judge_page, self._settings.max_body_bytes, budget=self._parse_budget
+            url,
+            headers,
+            proxy,
+            judge_page,
+            self._settings.max_body_bytes,
+            budget=self._parse_budget,
+            keep_raw=self._keep_raw,
         )
 
     def request(
@@ -218,12 +238,16 @@ class Fetcher:
         max_bytes: int,
         truncate: bool = False,
         budget: ParseBudget | None = None,
+        keep_raw: bool = False,
     ) -> Response:
-        """GET `url` as `judge` decides; a body is read only with a 2xx judged OK."""
+        """GET `url` as `judge` decides; a body is read only with a 2xx judged OK. With
+        `keep_raw`, the Response carries the exchange as it went, for its WARC records."""
         started = time.monotonic()
         deadline = started + self._settings.fetch_deadline_s
         with fetch_deadline(deadline):  # every hop's connect and reads, headers included
-            return self._request(url, headers, proxy, judge, max_bytes, truncate, budget, started, deadline)
+            return self._request(
+                url, headers, proxy, judge, max_bytes, truncate, budget, started, deadline, keep_raw
+            )
 
     def _request(
         self,
@@ -236,12 +260,14 @@ class Fetcher:
         budget: ParseBudget | None,
         started: float,
         deadline: float,
+        keep_raw: bool = False,
     ) -> Response:
         current = url
         visited = {url}
         for _hop in range(self._settings.max_redirects + 1):
             _require_http_url(current)
             self._check_url(current)
+            sent_at = time.time()
             with (
                 _translate_errors(current, via_proxy=proxy is not None),
                 self._get(current, headers, proxy, deadline) as response,
@@ -251,9 +277,14 @@ class Fetcher:
                 verdict = judge(response, bool(headers))
                 location = response.headers.get("Location")
                 if verdict is not Verdict.REDIRECT:
-                    body = b""
+                    body = raw = b""
                     if verdict is Verdict.OK and 200 <= response.status_code < 300:
-                        body = _read_body(response, max_bytes, deadline, url, truncate, budget)
+                        if keep_raw:
+                            body, raw = read_raw_body(
+                                response, max_bytes, lambda: _remaining_s(deadline, url), url, budget
+                            )
+                        else:
+                            body = _read_body(response, max_bytes, deadline, url, truncate, budget)
                     return Response(
                         final_url=current,
                         status=response.status_code,
@@ -263,6 +294,7 @@ class Fetcher:
                         last_modified=response.headers.get("Last-Modified"),
                         fetch_ms=round((time.monotonic() - started) * 1000),
                         not_modified=verdict is Verdict.NOT_MODIFIED,
+                        exchange=exchange_of(current, response, raw, sent_at) if keep_raw else None,
                     )
             current = self._next_hop(current, location or "", visited)
         raise PermanentError("redirect_loop", f"{url}: more than {self._settings.max_redirects} redirects")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from worker.warc.exchange import ArchivedAs, Exchange
+
 
 @dataclass(frozen=True)
 class Response:
@@ -20,6 +22,10 @@ class Response:
     from_cache: bool = False  # the body came from the cache (fresh, or revalidated by a 304)
     not_modified: bool = False  # a 304 answered our conditional request
     proxy: str | None = None  # the proxy it came through, without credentials
+    # With WARC_DIR set: the exchange as it went over the wire (raw body), for its WARC records,
+    # and for a body from the cache, the response record it was first archived as.
+    exchange: Exchange | None = None
+    archived: ArchivedAs | None = None
 
 
 @dataclass(frozen=True)

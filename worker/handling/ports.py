@@ -16,6 +16,7 @@ from shared.try_later import HeldSlot
 from worker.fetch.response import CacheEntry, Response
 from worker.politeness.robots import RobotsAnswer, RobotsRules
 from worker.store.rows import PageRow, SkipRow
+from worker.warc.exchange import WarcLocation
 
 T = TypeVar("T")
 
@@ -109,3 +110,15 @@ class Store(Protocol):
     def save_page_later(self, row: PageRow, committed: Callable[[BaseException | None], None]) -> None: ...
 
     def save_skip(self, row: SkipRow) -> None: ...
+
+
+class Archive(Protocol):
+    """worker.warc.archive.Archive: the WARC records of every stored page."""
+
+    def record(self, response: Response) -> WarcLocation:
+        """Write the page's records; return where its response, revisit or resource record is."""
+        ...
+
+    def close(self) -> None:
+        """Close the file being written; after the last row is stored."""
+        ...

@@ -20,7 +20,7 @@ class Reservation:
     reserved: bool
     reason: str = "ok"  # refused: rate | paused | busy
     lease: str = ""  # the concurrency lease to give back; empty when none was taken
-    backoff: float = 1.0  # the domain's current interval multiplier
+    backoff: float = 1.0  # the domain's current interval multiplier (1 / its slow-down)
     # Due at once, and already recorded as sent (the clear_to_send check, folded in): the
     # caller can send without asking again.
     cleared: bool = False
@@ -58,6 +58,4 @@ class DomainLimiter(Protocol):
 
     def pause(self, domain: str, seconds: float) -> None: ...
 
-    def slow_down(self, domain: str, rate_per_s: float) -> float: ...
-
-    def speed_up(self, domain: str) -> float: ...
+    def slow_down(self, domain: str, rate_per_s: float, why: str = "429", burst: int = 1) -> float: ...

@@ -3,7 +3,8 @@
 Per domain, shared by every worker through Redis (docs/POLITENESS.md):
 
 - a request rate: RATE_LIMIT_RPS, or the domain's own line in POLITENESS_FILE, lowered by a
-  robots.txt Crawl-delay, and stretched by an adaptive backoff after 429/503 answers;
+  robots.txt Crawl-delay, and by the adaptive slow-down after a 429 or 503 without Retry-After,
+  a burst of 403s or rising latency (worker/politeness/latency_watch.py), which recovers by itself;
 - a cap on requests in flight: MAX_CONCURRENT_PER_DOMAIN, or the domain's own line;
 - a pause a server asked for with Retry-After.
 
@@ -26,12 +27,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from shared.errors import PermanentError
 from shared.settings import Settings
 from shared.try_later import HeldSlot, TryLater
 from worker.fetch.verdicts import Throttled
 from worker.politeness.config import PolitenessConfig
 from worker.politeness.domain_limiter import DomainLimiter, Reservation
 from worker.politeness.gate_waits import Waits
+from worker.politeness.latency_watch import LatencyWatch
 from worker.politeness.lines import Lines, Turn
 
 log = logging.getLogger("worker.politeness")  # the name operators know: kept as the module moved
@@ -62,6 +65,10 @@ CLEAR_AHEAD_S = 0.1
 # at 2 a second), and than this, moves the domain's latest send up to its real time: one more
 # Redis round trip, for a late send only.
 LATE_SEND_MIN_S = 0.02
+FORBIDDEN = 403
+# So many 403s within the limiter's burst window slow the domain down: a site refusing a
+# crawler that presses too hard; fewer are single forbidden pages.
+FORBIDDEN_BURST = 3
 
 
 class DomainGate:
@@ -89,6 +96,7 @@ class DomainGate:
         # threads on one site capped at 8 made 50-62 Redis round trips a page, against 12-16
         # in line (docs/POLITENESS.md, "Concurrency cap").
         self._lines = Lines()
+        self._latency = LatencyWatch()
 
     def call(
         self,
@@ -122,23 +130,30 @@ class DomainGate:
                     waited.sleep(reservation.wait_s)
             spacing_s = RATE_HEADROOM / rate * reservation.backoff
             # Requests leave a whole interval apart even when one of them woke late. (A held
-            # slot's send was cleared by _send_held.)
+            # slot's send was cleared by _send_held.) The limiter stretches the spacing by the
+            # domain's slow-down as it is now.
             if not reservation.cleared:
-                self._clear_to_send(domain, spacing_s, waited)
+                self._clear_to_send(domain, RATE_HEADROOM / rate, waited)
             waited.count()
             self._note_if_late(domain, spacing_s, waited.cleared_for)
+            sent_at = self._clock()
             result = send()
             if spaced_from_answer:
                 self._limiter.space_from_now(domain, spacing_s)
         except Throttled as exc:
             self._throttled(domain, exc, rate)
             raise
+        except PermanentError as exc:
+            if exc.http_status == FORBIDDEN:  # a burst of them slows the domain down
+                self._limiter.slow_down(domain, rate, why="403", burst=FORBIDDEN_BURST)
+            raise
         finally:
             waited.count()  # a wait that ended in TryLater was a wait too
             if reservation.lease:
                 self._limiter.release(domain, reservation.lease)
-        if reservation.backoff > 1.0:
-            self._limiter.speed_up(domain)
+        if self._latency.rising(domain.lower(), self._clock() - sent_at):
+            multiplier = self._limiter.slow_down(domain, rate, why="latency")
+            log.warning("%s answers slower and slower: interval now x%.2f", domain, multiplier)
         return result
 
     def _admit(
@@ -225,7 +240,7 @@ class DomainGate:
         if early_s > 0:
             waited.sleep(early_s)
         deadline = self._clock() + self._max_inline_wait_s
-        spacing_s = RATE_HEADROOM / rate * slot.backoff
+        spacing_s = RATE_HEADROOM / rate  # stretched by the limiter, by the slow-down now
         reservation = self._clear_held(slot, spacing_s, max_concurrent, deadline, waited)
         if reservation is not None:
             return reservation
@@ -291,7 +306,7 @@ class DomainGate:
             self._limiter.pause(domain, pause_s)
             log.warning("%s answered %s: pausing the domain for %.1f s", domain, exc.http_status, pause_s)
         else:
-            multiplier = self._limiter.slow_down(domain, rate)
+            multiplier = self._limiter.slow_down(domain, rate, why=str(exc.http_status))
             log.warning(
                 "%s answered %s without Retry-After: interval now x%.2f", domain, exc.http_status, multiplier
             )

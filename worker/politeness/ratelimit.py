@@ -9,8 +9,11 @@ read and write atomically, so concurrent workers never take the same slot.
 
 The reservation script honours, in the same atomic step:
 - a pause (keys.pause): no slot before it ends (a server's Retry-After);
-- a backoff multiplier (keys.backoff): the interval stretched after 429/503 answers without
-  Retry-After; it doubles on such an answer and decays with each success;
+- the adaptive slow-down (keys.backoff): the rate cut to 70% on a 429 or 503 without
+  Retry-After, a burst of 403s or rising latency (`slow_down`), growing back by itself along a
+  cubic in time over RATE_RECOVERY_S (ratelimit_scripts._RATE_FRACTION_LUA); the send checks
+  stretch their spacing by it too, so slots reserved before the cut leave at the slower rate;
+- an optional jitter (RATE_JITTER): each slot's interval lengthened by a random share of it;
 - a concurrency cap (keys.inflight): a sorted set of leases scored by expiry. A worker that
   dies holding one cannot leak the slot: the lease simply expires.
 
@@ -24,7 +27,9 @@ makes that check itself (`Reservation.cleared`) and the request costs one script
 from __future__ import annotations
 
 import logging
+import random
 import uuid
+from dataclasses import dataclass
 
 import redis
 
@@ -39,24 +44,74 @@ from worker.politeness.ratelimit_scripts import (
     RESERVE_LUA,
     SLOW_DOWN_LUA,
     SPACE_FROM_NOW_LUA,
-    SPEED_UP_LUA,
 )
 
 log = logging.getLogger("worker.ratelimit")  # the name operators know: kept as the module moved
 
-__all__ = ["RateLimiter", "Reservation"]
+__all__ = ["RateLimiter", "Reservation", "Slowdown", "slowed_domains"]
 
-MAX_BACKOFF = 64.0  # the interval never stretches beyond this multiple
-BACKOFF_DECAY = 0.9  # each success multiplies the stretch by this
-BACKOFF_MEMORY_MS = 3_600_000  # an idle domain's backoff is forgotten after an hour
+BETA = 0.7  # a slow-down cuts the rate to this share (as _RATE_FRACTION_LUA's BETA)
+MAX_SLOWDOWN = 64.0  # the rate never falls below 1/64 of the configured one
+DEFAULT_RECOVERY_S = 60.0
+BURST_WINDOW_S = 10.0  # the answers that make a burst (slow_down's `burst`) come this close together
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A domain slowed down now: its rate as a share of the configured one, why, how long ago."""
+
+    fraction: float
+    reason: str
+    since_s: float
+
+
+def rate_fraction(wmax: float, since_s: float, recovery_s: float, w0: float | None = None) -> float:
+    """_RATE_FRACTION_LUA in Python, for status: the share of the configured rate `since_s`
+    after a cut to `w0` (BETA * wmax unless given), growing back towards `wmax`."""
+    if wmax <= 0:
+        return 1.0
+    start = BETA * wmax if w0 is None else w0
+    k = ((wmax - start) / (1 - BETA)) ** (1 / 3)
+    w = (1 - BETA) * (since_s / recovery_s - k) ** 3 + wmax
+    return float(min(1.0, max(start, w)))
+
+
+def slowed_domains(client: redis.Redis, keys: Keys, recovery_s: float) -> dict[str, Slowdown]:
+    """Every domain slowed down now, from its backoff hash (a scan: for status, not workers)."""
+    prefix, suffix = keys.backoff("\0").split("\0")
+    with translate_redis_errors(client):
+        seconds, micros = client.time()
+        now_s = int(seconds) + int(micros) / 1e6
+        found: dict[str, Slowdown] = {}
+        for key in client.scan_iter(keys.backoff("*"), count=1000):
+            fields = {_text(k): _text(v) for k, v in client.hgetall(key).items()}
+            if "wmax" not in fields:
+                continue
+            since_s = now_s - int(fields.get("at", "0")) / 1e6
+            w0 = float(fields["w0"]) if "w0" in fields else None
+            fraction = rate_fraction(float(fields["wmax"]), since_s, recovery_s, w0)
+            if fraction < 1.0:
+                domain = _text(key)[len(prefix) : -len(suffix)]
+                found[domain] = Slowdown(fraction, fields.get("why", "?"), since_s)
+    return found
 
 
 class RateLimiter:
     """The Redis implementation of worker.politeness.domain_limiter.DomainLimiter."""
 
-    def __init__(self, redis_client: redis.Redis, keys: Keys) -> None:
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        keys: Keys,
+        recovery_s: float = DEFAULT_RECOVERY_S,
+        jitter: float = 0.0,
+        rng: random.Random | None = None,
+    ) -> None:
         self._client = redis_client
         self._keys = keys
+        self._recovery_us = round(recovery_s * 1_000_000)
+        self._jitter = jitter
+        self._rng = rng or random.Random()
         # register_script sends EVALSHA and reloads the script on NOSCRIPT by itself.
         self._reserve = redis_client.register_script(RESERVE_LUA)
         self._clear_to_send = redis_client.register_script(CLEAR_TO_SEND_LUA)
@@ -64,7 +119,6 @@ class RateLimiter:
         self._space_from_now = redis_client.register_script(SPACE_FROM_NOW_LUA)
         self._pause = redis_client.register_script(PAUSE_LUA)
         self._slow_down = redis_client.register_script(SLOW_DOWN_LUA)
-        self._speed_up = redis_client.register_script(SPEED_UP_LUA)
 
     def reserve(
         self,
@@ -102,6 +156,8 @@ class RateLimiter:
             round(lease_s * 1_000_000),
             lease,
             round((max_wait_s if lease_within_s is None else lease_within_s) * 1_000_000),
+            self._recovery_us,
+            f"{self._jitter * self._rng.random():.6f}",
         ]
         # Domains are case-insensitive; one spelling must not get a second budget.
         domain = domain.lower()
@@ -137,9 +193,10 @@ class RateLimiter:
         """Record a request going out now, unless the domain is paused or its previous request
         left less than `spacing_s` ago: then (False, seconds to wait, 'paused' | 'spacing')."""
         domain = domain.lower()
-        keys = [self._keys.sent(domain), self._keys.pause(domain)]
+        keys = [self._keys.sent(domain), self._keys.pause(domain), self._keys.backoff(domain)]
+        args = [round(spacing_s * 1_000_000), 0, self._recovery_us]
         with translate_redis_errors(self._client):
-            cleared, wait_us, reason = self._clear_to_send(keys=keys, args=[round(spacing_s * 1_000_000), 0])
+            cleared, wait_us, reason = self._clear_to_send(keys=keys, args=args)
         return bool(cleared), int(wait_us) / 1_000_000, _text(reason)
 
     def clear_held(
@@ -157,10 +214,16 @@ class RateLimiter:
         the caller sleeps the wait returned, and sends."""
         domain = domain.lower()
         lease = uuid.uuid4().hex if max_concurrent else ""
-        keys = [self._keys.sent(domain), self._keys.pause(domain), self._keys.inflight(domain)]
+        keys = [
+            self._keys.sent(domain),
+            self._keys.pause(domain),
+            self._keys.backoff(domain),
+            self._keys.inflight(domain),
+        ]
         args: list[int | str] = [
             round(spacing_s * 1_000_000),
             round(ahead_s * 1_000_000),
+            self._recovery_us,
             max_concurrent,
             round(lease_s * 1_000_000),
             lease,
@@ -196,18 +259,23 @@ class RateLimiter:
             remaining_ms = int(self._client.pttl(self._keys.pause(domain.lower())))
         return max(0, remaining_ms) / 1000
 
-    def slow_down(self, domain: str, rate_per_s: float) -> float:
-        """Double the domain's interval multiplier (at most once per interval); return it."""
-        args = [round(1_000_000 / rate_per_s), MAX_BACKOFF, BACKOFF_MEMORY_MS]
+    def slow_down(self, domain: str, rate_per_s: float, why: str = "429", burst: int = 1) -> float:
+        """Cut the domain's rate to 70%, for every worker, at most once per interval; with
+        `burst` > 1, only at the burst-th such answer within BURST_WINDOW_S. Return the
+        interval multiplier now (1 / the share of the configured rate)."""
+        args: list[int | float | str] = [
+            round(1_000_000 / rate_per_s),
+            1 / MAX_SLOWDOWN,
+            self._recovery_us,
+            why,
+            burst,
+            round(BURST_WINDOW_S * 1_000_000),
+        ]
         with translate_redis_errors(self._client):
-            multiplier = self._slow_down(keys=[self._keys.backoff(domain.lower())], args=args)
-        return float(_text(multiplier))
-
-    def speed_up(self, domain: str) -> float:
-        """One success: shrink the multiplier towards 1; return it."""
-        with translate_redis_errors(self._client):
-            multiplier = self._speed_up(keys=[self._keys.backoff(domain.lower())], args=[BACKOFF_DECAY])
-        return float(_text(multiplier))
+            domain = domain.lower()
+            keys = [self._keys.backoff(domain), self._keys.sent(domain)]
+            fraction, _cut = self._slow_down(keys=keys, args=args)
+        return 1 / float(_text(fraction))
 
 
 def _text(value: object) -> str:

@@ -57,8 +57,11 @@ class BatchCommitter:
         patience_s: float,
         sleep: Callable[[float], None],
         connect: Callable[[Settings], psycopg.Connection[tuple[object, ...]]] | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
+        # Makes durable what the rows point at (the WARC records) before any of them commits.
+        self._before_commit = before_commit
         self._connect = connect or _connect_autocommit
         self.patience_s = patience_s
         self._sleep = sleep
@@ -122,6 +125,8 @@ class BatchCommitter:
             self._finish(part, None)
 
     def _commit(self, batch: list[Pending]) -> None:
+        if self._before_commit is not None:
+            self._before_commit()  # ServiceUnavailable when it cannot: an outage like PostgreSQL's
         with db.translate(self.settings):
             try:
                 conn = self._connection()

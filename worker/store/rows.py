@@ -18,11 +18,12 @@ UPSERT_PAGE = """
 INSERT INTO pages (run_id, url, final_url, http_status, content_type, title, meta_description,
                    canonical_url, lang, h1, body_text, links, queue, failed_attempts, from_cache,
                    not_modified, proxy, fetch_ms, worker_id, content_hash, profile, extracted,
-                   unchanged)
+                   warc_filename, warc_offset, warc_length, unchanged)
 VALUES (%(run_id)s, %(url)s, %(final_url)s, %(http_status)s, %(content_type)s, %(title)s,
         %(meta_description)s, %(canonical_url)s, %(lang)s, %(h1)s, %(body_text)s, %(links)s,
         %(queue)s, %(failed_attempts)s, %(from_cache)s, %(not_modified)s, %(proxy)s, %(fetch_ms)s,
         %(worker_id)s, %(content_hash)s, %(profile)s, %(extracted)s,
+        %(warc_filename)s, %(warc_offset)s, %(warc_length)s,
         -- On a recrawl: does the text match the earlier run's? NULL when there is nothing to compare.
         (SELECT earlier.content_hash = %(content_hash)s FROM pages AS earlier
          WHERE earlier.run_id = %(previous_run)s AND earlier.url = %(url)s))
@@ -36,6 +37,9 @@ ON CONFLICT (run_id, url) DO UPDATE SET
     fetch_ms = EXCLUDED.fetch_ms, worker_id = EXCLUDED.worker_id,
     content_hash = EXCLUDED.content_hash, profile = EXCLUDED.profile, extracted = EXCLUDED.extracted,
     unchanged = EXCLUDED.unchanged,
+    -- A redelivered URL's later record: the row names exactly one (docs/WARC.md).
+    warc_filename = EXCLUDED.warc_filename, warc_offset = EXCLUDED.warc_offset,
+    warc_length = EXCLUDED.warc_length,
     fetched_at = now(), writes = pages.writes + 1
 """
 
@@ -87,6 +91,10 @@ class PageRow:
     profile: str | None = None  # the extraction profile that applied
     extracted: dict[str, Any] = field(default_factory=dict)
     previous_run: str | None = None  # on a recrawl, the run to compare content_hash with
+    # With WARC_DIR set: the page's response or revisit record, as file, offset and length.
+    warc_filename: str | None = None
+    warc_offset: int | None = None
+    warc_length: int | None = None
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,10 @@ class ResultStore:
         patience_s: float = PATIENCE_S,
         sleep: Callable[[float], None] = time.sleep,
         connect: Callable[[Settings], psycopg.Connection[tuple[object, ...]]] | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
-        self._committer = BatchCommitter(settings, patience_s, sleep, connect)
+        # `before_commit` runs before each batch's transaction: the WARC records' fsync.
+        self._committer = BatchCommitter(settings, patience_s, sleep, connect, before_commit)
         self.batch_rows = batch_rows
         self.batch_wait_s = batch_wait_s
         # Handlers append; the writer takes whole batches. Two events instead of a queue.Queue:

@@ -17,7 +17,7 @@ from tests.faults.ledger import wait_for_ledger
 from tests.faults.site import FaultSite, SiteShape
 from tests.faults_cluster.redis_nodes import cluster_settings, node_client, nodes, wait_healthy
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 URLS = 600
 ALWAYS_500 = 10
