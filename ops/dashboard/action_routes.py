@@ -17,9 +17,24 @@ from dlq_consumer import store
 from ops.dashboard.actions import ActionRefused, Operation
 from ops.dashboard.context import Dashboard, actor_of
 from ops.dashboard.views import error_page, safe_next
+from ops.submit import submit
 from shared.errors import ConfigError, PipelineError
 
 MAX_BODY_BYTES = 1 << 20
+
+
+async def bounded_body(request: Request) -> bytes:
+    """The body, refused once it passes MAX_BODY_BYTES (never read whole into memory first)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ConfigError("the request body is over 1 MiB")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ConfigError("the request body is over 1 MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class Posted:
@@ -39,9 +54,7 @@ class Posted:
             fields = {k: v for k, v in form.items() if isinstance(v, str)}
             ids = [int(i) for i in form.getlist("id") if isinstance(i, str) and i.isdigit()]
             return cls(fields, True, ids or None)
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            raise ConfigError("the request body is over 1 MiB")
+        body = await bounded_body(request)
         try:
             parsed = json.loads(body or b"{}")
         except ValueError:
@@ -171,7 +184,26 @@ async def purge(request: Request) -> Response:
     return done(request, posted, outcome)
 
 
+async def submit_run(request: Request) -> Response:
+    """POST /api/v1/runs: a crawl request, checked and queued for the producer service by
+    ops.submit (the same as python -m ops.submit); 202 {"run_id", "operation"}."""
+    dash: Dashboard = request.app.state.dashboard
+    try:
+        body = await bounded_body(request)
+        submitted = await anyio.to_thread.run_sync(lambda: submit(dash.settings, body))
+    except ConfigError as exc:  # InvalidRequest among them: one line, nothing queued
+        return JSONResponse({"error": str(exc)}, 400)
+    except PipelineError as exc:
+        return JSONResponse({"error": str(exc)}, 503)
+    actor = actor_of(request)
+    await anyio.to_thread.run_sync(
+        lambda: dash.operations.audit(actor, "submit", submitted.run_id, {"operation": submitted.operation})
+    )
+    return JSONResponse({"run_id": submitted.run_id, "operation": submitted.operation}, 202)
+
+
 ROUTES = [
+    Route("/api/v1/runs", submit_run, methods=["POST"]),
     Route("/api/v1/runs/{run_id}/{action:str}", run_action, methods=["POST"]),
     Route("/api/v1/dead-letters/replay", replay, methods=["POST"]),
     Route("/api/v1/dead-letters/purge", purge, methods=["POST"]),

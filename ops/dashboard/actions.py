@@ -155,6 +155,22 @@ class Operations:
         self._spawn(run)
         return op
 
+    def audit(self, actor: Actor, action: str, run_id: str | None, result: dict[str, Any]) -> None:
+        """The row of an action done at once (a run submitted), and its log line."""
+        audit_id = self._audit_start(actor, action, run_id, {}, None)
+        self._audit_end(audit_id, Operation("-", action, run_id, "done", result=result))
+        log.info(
+            json.dumps(
+                {
+                    "action": action,
+                    "run_id": run_id,
+                    "actor": actor.role,
+                    "client": actor.client,
+                    "result": result,
+                }
+            )
+        )
+
     def ensure_table(self) -> None:
         db.ensure_schema(self.settings)  # the schema the table lives in, and the tables it reads
         with db.translate(self.settings), db.connect(self.settings, autocommit=True) as conn:

@@ -8,51 +8,26 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import psycopg
 import redis
 
+from ops.accounting import latest_runs
 from ops.copies import Copies
 from ops.dashboard.text import short_error, whole
+from ops.run_progress import ProgressReader, RunProgress
 from ops.runs import held_count
 from ops.status import gather, run_prefix
+from shared.errors import ConfigError
 from shared.postgres import db
-from shared.progress import Snapshot, eta_s
 from shared.redis.client import GLANCE, connect_redis
 from shared.redis.errors import translate_redis_errors
 from shared.redis.keys import Keys
-from shared.redis.runstate import CANCELLED, PAUSED, held_queue, read_state, recorded_enqueued
+from shared.redis.runstate import CANCELLED, PAUSED, held_queue, read_state
 from shared.settings import Settings
 
 RUNS_LIMIT = 50
-RATE_WINDOW_S = 30  # pages/s is the outcomes committed over this window, as the CLI's Rate
 STALLED_AFTER_S = 300
-# One GROUP BY per table, keyset on the last activity; the run's state and enqueued figure
-# come from Redis afterwards.
-RUNS_PAGE = """
-WITH activity AS (
-    SELECT run_id, count(*) AS pages, 0 AS dead, 0 AS skips, max(fetched_at) AS last_at
-    FROM pages GROUP BY run_id
-    UNION ALL
-    SELECT run_id, 0, count(*) FILTER (WHERE state = 'dead'), 0, max(last_failed_at)
-    FROM dead_letters GROUP BY run_id
-    UNION ALL
-    SELECT run_id, 0, 0, count(*), max(recorded_at) FROM skips GROUP BY run_id
-)
-SELECT run_id, sum(pages)::bigint, sum(dead)::bigint, sum(skips)::bigint, max(last_at)
-FROM activity GROUP BY run_id
-HAVING %(before)s::timestamptz IS NULL OR max(last_at) < %(before)s::timestamptz
-ORDER BY max(last_at) DESC LIMIT %(limit)s
-"""
-RECENT_OUTCOMES = """
-SELECT run_id, count(*) FROM (
-    SELECT run_id FROM pages WHERE fetched_at > now() - make_interval(secs => %(window_s)s)
-    UNION ALL
-    SELECT run_id FROM dead_letters
-    WHERE state = 'dead' AND last_failed_at > now() - make_interval(secs => %(window_s)s)
-    UNION ALL
-    SELECT run_id FROM skips WHERE recorded_at > now() - make_interval(secs => %(window_s)s)
-) recent GROUP BY run_id
-"""
+# When the run last settled a URL, from the counters the writers keep (no scan of its rows).
+LAST_ACTIVITY = "SELECT max(last_at) FROM run_counters WHERE run_id = %s AND kind IN ('page', 'dead', 'skip')"
 TIMELINE = """
 SELECT 'stored', date_bin(make_interval(secs => %(step_s)s), fetched_at, now()) AS t, count(*)
 FROM pages WHERE run_id = %(run_id)s AND fetched_at > now() - make_interval(mins => %(minutes)s) GROUP BY t
@@ -72,8 +47,7 @@ RECENT_SKIPS = """
 SELECT recorded_at, url, reason, NULL::int, NULL::int, worker_id, detail
 FROM skips WHERE run_id = %(run_id)s AND reason <> 'robots' ORDER BY recorded_at DESC LIMIT %(limit)s
 """
-LAST_STORED = "SELECT max(fetched_at) FROM pages WHERE run_id = %s"
-TABLES_EXIST = "SELECT to_regclass('pages') IS NOT NULL AND to_regclass('skips') IS NOT NULL"
+TABLES_EXIST = "SELECT to_regclass('run_counters') IS NOT NULL"
 
 
 def iso(moment: object) -> str | None:
@@ -114,15 +88,6 @@ class RunLookup:
     def state(self, run_id: str) -> str:
         return read_state(self.client, self.keys(run_id), run_id)
 
-    def enqueued(self, run_id: str) -> int:
-        with translate_redis_errors(self.settings.redis_url):
-            return recorded_enqueued(self.client, self.keys(run_id), run_id)
-
-    def producing(self, run_id: str) -> bool:
-        pattern = self.keys(run_id).producer_heartbeat(run_id, "*")
-        with translate_redis_errors(self.settings.redis_url):
-            return any(True for _ in self.client.scan_iter(pattern, count=1000))
-
 
 def run_state(state: str, producing: bool, left: int, idle_s: float | None, queued: int | None) -> str:
     """The state shown: paused/cancelled as set; seeding while a producer beats; done when nothing
@@ -139,17 +104,12 @@ def run_state(state: str, producing: bool, left: int, idle_s: float | None, queu
     return "running"
 
 
-def progress(
-    enqueued: int, stored: int, dead: int, skipped: int, recent: int, producing: bool
-) -> dict[str, Any]:
-    rate = recent / RATE_WINDOW_S
-    snapshot = Snapshot(0.0, enqueued, stored, dead, skipped, producing=producing)
-    eta = eta_s(snapshot, rate)
+def progress(run: RunProgress) -> dict[str, Any]:
+    """ops.run_progress's figures (the same pages/s and ETA as ops.crawl and ops.status --run),
+    and the percentage done."""
     return {
-        "pages_per_s": round(rate, 2),
-        "eta_s": None if eta is None else round(eta, 1),
-        "left": max(0, enqueued - snapshot.done),
-        "percent": 100 if enqueued <= 0 else min(100, round(100 * snapshot.done / enqueued)),
+        **run.as_json(),
+        "percent": 100 if run.enqueued <= 0 else min(100, round(100 * run.done / run.enqueued)),
     }
 
 
@@ -159,103 +119,73 @@ def work_queued(queues: list[dict[str, Any]]) -> int | None:
 
 
 def runs_page(settings: Settings, limit: int = RUNS_LIMIT, before: str | None = None) -> list[dict[str, Any]]:
-    """The runs, newest activity first, as GET /api/v1/runs answers."""
+    """The runs, newest activity first (keyset on the last activity), as GET /api/v1/runs answers."""
+    try:
+        after = dt.datetime.fromisoformat(before) if before else None
+    except ValueError:
+        raise ConfigError(f"before {before!r} is not an ISO 8601 time") from None
+    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+        exists = conn.execute(TABLES_EXIST).fetchone()
+        totals = latest_runs(conn, limit, after) if exists and exists[0] else []
     client = connect_redis(settings, GLANCE)
     try:
         lookup = RunLookup(settings, client)
-        with db.translate(settings), db.connect(settings, autocommit=True) as conn:
-            rows, recent = _run_rows(conn, limit, before)
-        known = {r[0] for r in rows}
-        if before is None:  # seeded, nothing settled yet: Redis knows them, PostgreSQL not
-            rows += [(run_id, 0, 0, 0, None) for run_id in lookup.redis_runs() if run_id not in known]
+        known = {t.run_id for t in totals}
+        fresh = [r for r in lookup.redis_runs() if r not in known] if after is None else []
         now = dt.datetime.now(dt.UTC)
-        return [_run_row(lookup, row, recent.get(row[0], 0), now) for row in rows[:limit]]
+        with ProgressReader(settings) as reader:
+            rows = [_run_row(lookup, reader, t.run_id, t.last_activity, now) for t in totals]
+            rows += [_run_row(lookup, reader, run_id, None, now) for run_id in fresh]  # nothing settled yet
+        return rows[:limit]
     finally:
         client.close()
 
 
-def _run_rows(
-    conn: psycopg.Connection[Any], limit: int, before: str | None
-) -> tuple[list[Any], dict[str, int]]:
-    exists = conn.execute(TABLES_EXIST).fetchone()
-    if not (exists and exists[0]):
-        return [], {}
-    rows = list(conn.execute(RUNS_PAGE, {"before": before, "limit": limit}).fetchall())
-    recent = {str(r): int(n) for r, n in conn.execute(RECENT_OUTCOMES, {"window_s": RATE_WINDOW_S})}
-    return rows, recent
-
-
-def _run_row(lookup: RunLookup, row: Any, recent: int, now: dt.datetime) -> dict[str, Any]:
-    run_id, stored, dead, skipped, last_at = str(row[0]), int(row[1]), int(row[2]), int(row[3]), row[4]
-    enqueued = lookup.enqueued(run_id)
-    producing = lookup.producing(run_id)
-    figures = progress(enqueued, stored, dead, skipped, recent, producing)
+def _run_row(
+    lookup: RunLookup, reader: ProgressReader, run_id: str, last_at: dt.datetime | None, now: dt.datetime
+) -> dict[str, Any]:
+    figures = progress(reader.read(run_id, lookup.prefix(run_id)))
     idle_s = (now - last_at).total_seconds() if last_at else None
-    state = run_state(lookup.state(run_id), producing, figures["left"], idle_s, None)
-    return {
-        "run_id": run_id,
-        "state": state,
-        "enqueued": enqueued,
-        "stored": stored,
-        "dead": dead,
-        "skipped": skipped,
-        **figures,
-        "producing": producing,
-        "last_activity": iso(last_at),
-        "redis_prefix": lookup.prefix(run_id),
-    }
+    state = run_state(lookup.state(run_id), figures["producing"], figures["left"], idle_s, None)
+    return {**figures, "state": state, "last_activity": iso(last_at), "redis_prefix": lookup.prefix(run_id)}
 
 
 def run_detail(settings: Settings, run_id: str) -> dict[str, Any]:
-    """gather()'s run, plus state, enqueued, left (by where it waits), held, copies, rate, ETA."""
+    """gather()'s run, plus state, enqueued, left (by where it waits), held, copies, and the
+    pages/s and ETA of ops.run_progress."""
     report = gather(settings, run_id)
     run = report["run"]
+    queued = work_queued(report["queues"])
     client = connect_redis(settings, GLANCE)
     try:
         lookup = RunLookup(settings, client)
-        enqueued, producing, raw_state = (
-            lookup.enqueued(run_id),
-            lookup.producing(run_id),
-            lookup.state(run_id),
-        )
+        raw_state = lookup.state(run_id)
+        with ProgressReader(settings) as reader:
+            figures = progress(reader.read(run_id, lookup.prefix(run_id), queued))
     finally:
         client.close()
-    stored, dead, skipped = run["pages"], sum(run["dead_letters"].values()), sum(run["skips"].values())
     with db.translate(settings), db.connect(settings, autocommit=True) as conn:
-        recent, last_at = _recent_of(conn, run_id)
-    figures = progress(enqueued, stored, dead, skipped, recent, producing)
+        exists = conn.execute(TABLES_EXIST).fetchone()
+        row = conn.execute(LAST_ACTIVITY, (run_id,)).fetchone() if exists and exists[0] else None
+    last_at = row[0] if row and isinstance(row[0], dt.datetime) else None
     idle_s = (dt.datetime.now(dt.UTC) - last_at).total_seconds() if last_at else None
-    queued = work_queued(report["queues"])
     held = _held(settings, report, run_id)
-    state = run_state(raw_state, producing, figures["left"], idle_s, queued)
+    state = run_state(raw_state, figures["producing"], figures["left"], idle_s, queued)
+    counts = (figures["enqueued"], figures["stored"], figures["dead"], figures["skipped"], held)
     return {
         **run,
-        "state": state,
-        "enqueued": enqueued,
-        "stored": stored,
-        "dead": dead,
-        "skipped": skipped,
         **figures,
+        "state": state,
         "held": held,
-        "producing": producing,
-        "identity": identity(report["queues"], enqueued, stored, dead, skipped, held),
+        "identity": identity(report["queues"], *counts),
         "copies": run.get("copies") or Copies.from_counters({}).figures(),
-        "rate": {"pages_per_s": figures["pages_per_s"], "window_s": RATE_WINDOW_S},
-        "last_stored_at": iso(last_at),
+        "rate": {"pages_per_s": figures["pages_per_s"], "window_s": figures["window_s"]},
+        "last_activity": iso(last_at),
         "activity": report["activity"],
         "workers": report["workers"],
         "queues": report["queues"],
         "namespace": report["namespace"],
     }
-
-
-def _recent_of(conn: psycopg.Connection[Any], run_id: str) -> tuple[int, dt.datetime | None]:
-    exists = conn.execute(TABLES_EXIST).fetchone()
-    if not (exists and exists[0]):
-        return 0, None
-    recent = dict(conn.execute(RECENT_OUTCOMES, {"window_s": RATE_WINDOW_S}).fetchall())
-    row = conn.execute(LAST_STORED, (run_id,)).fetchone()
-    return int(recent.get(run_id, 0)), row[0] if row else None
 
 
 def _held(settings: Settings, report: dict[str, Any], run_id: str) -> int:

@@ -58,7 +58,15 @@ class Crawl:
 
     def produce(self, site: DemoSite, run_id: str) -> subprocess.Popen[bytes]:
         log = self.files.enter_context((self.logs / f"producer-{run_id}.log").open("wb"))
-        command = [sys.executable, "-m", "producer", "--run-id", run_id, "--sitemap", site.config.sitemap_index_url]
+        command = [
+            sys.executable,
+            "-m",
+            "producer",
+            "--run-id",
+            run_id,
+            "--sitemap",
+            site.config.sitemap_index_url,
+        ]
         return subprocess.Popen(command, cwd=REPO, env=self.env, stdout=log, stderr=log)
 
 
@@ -74,19 +82,29 @@ def crawl() -> Iterator[Crawl]:
     """A finished run of the demo site (pages that answer 500 and 404 among them), the services
     still running for the tests' later runs, and a hostile dead letter in a run of its own."""
     name = unique_name("b")
-    settings = Settings.from_env({
-        "CRAWL_NAMESPACE": name, "REDIS_PREFIX": name, "PG_SCHEMA": name,
-        "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/crawler_test", "RETRY_DELAYS_S": "0.3,0.6",
-        "FETCH_ALLOWLIST": "127.0.0.0/8",
-    })
+    settings = Settings.from_env(
+        {
+            "CRAWL_NAMESPACE": name,
+            "REDIS_PREFIX": name,
+            "PG_SCHEMA": name,
+            "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/crawler_test",
+            "RETRY_DELAYS_S": "0.3,0.6",
+            "FETCH_ALLOWLIST": "127.0.0.0/8",
+        }
+    )
     db.ensure_schema(settings)
     logs = ARTIFACTS / "browser-logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = service_env(settings, RATE_LIMIT_RPS=RATE_LIMIT_RPS, LOG_LEVEL="WARNING")
     files = contextlib.ExitStack()
     services = [
-        subprocess.Popen([sys.executable, "-m", module], cwd=REPO, env=env,
-                         stdout=files.enter_context((logs / f"{module}.log").open("wb")), stderr=subprocess.STDOUT)
+        subprocess.Popen(
+            [sys.executable, "-m", module],
+            cwd=REPO,
+            env=env,
+            stdout=files.enter_context((logs / f"{module}.log").open("wb")),
+            stderr=subprocess.STDOUT,
+        )
         for module in ("worker", "dlq_consumer")
     ]
     made = Crawl(settings, env, "browser-run", 0, logs, files)
@@ -118,18 +136,48 @@ def crawl() -> Iterator[Crawl]:
 
 def add_dead_letter(conn: Any, crawl: Crawl, url: str, reason: str) -> None:
     body = CrawlTask(url=url, run_id=crawl.run_id, queue="bulk").encode()
-    store.upsert(conn, DeadLetterRecord(
-        crawl.run_id, url, reason, "", 404, 1, 0, f"{crawl.settings.crawl_namespace}.bulk", "w1", body, None, None,
-        len(body)))
+    store.upsert(
+        conn,
+        DeadLetterRecord(
+            crawl.run_id,
+            url,
+            reason,
+            "",
+            404,
+            1,
+            0,
+            f"{crawl.settings.crawl_namespace}.bulk",
+            "w1",
+            body,
+            None,
+            None,
+            len(body),
+        ),
+    )
 
 
 def add_hostile_dead_letter(settings: Settings) -> None:
     url = f"javascript:alert(3)//{IMG}{SCRIPT}"
     body = CrawlTask(url="https://a.example/x", run_id=HOSTILE_RUN, queue="bulk").encode()
     with db.connect(settings) as conn:
-        store.upsert(conn, DeadLetterRecord(
-            HOSTILE_RUN, url, f"http_500{IMG}", f"{SCRIPT}{IMG} <a href=javascript:alert(4)>x</a>", 500, 1, 0,
-            f"{settings.crawl_namespace}.bulk", f"w{SCRIPT}", body, None, None, len(body)))
+        store.upsert(
+            conn,
+            DeadLetterRecord(
+                HOSTILE_RUN,
+                url,
+                f"http_500{IMG}",
+                f"{SCRIPT}{IMG} <a href=javascript:alert(4)>x</a>",
+                500,
+                1,
+                0,
+                f"{settings.crawl_namespace}.bulk",
+                f"w{SCRIPT}",
+                body,
+                None,
+                None,
+                len(body),
+            ),
+        )
         conn.commit()
 
 

@@ -24,7 +24,12 @@ LIVE_PAGES = 30  # per host, three hosts at RATE_LIMIT_RPS each: long enough to 
 
 def fail_on_dialog(page: Page) -> list[str]:
     opened: list[str] = []
-    page.on("dialog", lambda dialog: (opened.append(dialog.message), dialog.dismiss()))
+
+    def refuse(dialog: Any) -> None:
+        opened.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", refuse)
     return opened
 
 
@@ -32,13 +37,16 @@ def states(crawl: Crawl, reason: str) -> dict[str, tuple[int, int]]:
     """state → (rows, the highest replay count) of the run's dead letters of `reason`."""
     with db.connect(crawl.settings, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT state, count(*), max(replays) FROM dead_letters WHERE run_id = %s AND reason = %s GROUP BY state",
+            "SELECT state, count(*), max(replays) FROM dead_letters WHERE run_id = %s AND reason = %s"
+            " GROUP BY state",
             (crawl.run_id, reason),
         ).fetchall()
     return {str(s): (int(n), int(m)) for s, n, m in rows}  # type: ignore[call-overload]
 
 
-def test_the_runs_page_lists_the_run_and_its_accounting_is_ok(page: Page, crawl: Crawl, dashboard: Served) -> None:
+def test_the_runs_page_lists_the_run_and_its_accounting_is_ok(
+    page: Page, crawl: Crawl, dashboard: Served
+) -> None:
     dialogs = fail_on_dialog(page)
     page.goto("/")
     row = page.locator(f'tr[data-run="{crawl.run_id}"]')
@@ -65,8 +73,17 @@ def test_a_run_page_follows_the_crawl_without_a_reload(page: Page, crawl: Crawl,
     page.goto(f"/runs/{run_id}")
     stored = page.locator("#run-stored")
     expect(stored).to_have_text("0")
-    with DemoSite(SiteConfig(port=0, pages_per_host=LIVE_PAGES, news_per_host=0, flaky_per_host=0,
-                             broken_per_host=0, missing_per_host=0, slow_ms=100)) as site:
+    with DemoSite(
+        SiteConfig(
+            port=0,
+            pages_per_host=LIVE_PAGES,
+            news_per_host=0,
+            flaky_per_host=0,
+            broken_per_host=0,
+            missing_per_host=0,
+            slow_ms=100,
+        )
+    ) as site:
         producer = crawl.produce(site, run_id)
         try:
             seen = [0]
@@ -74,7 +91,8 @@ def test_a_run_page_follows_the_crawl_without_a_reload(page: Page, crawl: Crawl,
                 # By selector each time: a live update replaces the element.
                 page.wait_for_function(
                     "before => parseInt(document.querySelector('#run-stored').textContent) > before",
-                    arg=seen[-1], timeout=60_000,
+                    arg=seen[-1],
+                    timeout=60_000,
                 )
                 seen.append(int(stored.text_content() or "0"))
         finally:
@@ -112,7 +130,12 @@ def test_a_stale_confirmation_is_refused_and_a_later_dead_letter_is_left_alone(
     # Meanwhile one of them is replayed from the command line, and is still in flight (the
     # publish goes nowhere, so no worker settles it while the page is open).
     with db.connect(crawl.settings) as conn:
-        replay(conn, lambda _p: None, store.Selection(crawl.run_id, "http_404", limit=1), crawl.settings.crawl_namespace)
+        replay(
+            conn,
+            lambda _p: None,
+            store.Selection(crawl.run_id, "http_404", limit=1),
+            crawl.settings.crawl_namespace,
+        )
     page.locator("#confirm-button").click()
     expect(page.locator("p.why.bad")).to_contain_text(f"the selection changed: {dead - 1} dead letters now")
     assert page.locator("h1").text_content() == "409"
@@ -126,24 +149,38 @@ def test_a_stale_confirmation_is_refused_and_a_later_dead_letter_is_left_alone(
     expect(page.locator(".banner.notice")).to_contain_text("replay")
     with db.connect(crawl.settings, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT state, replays, replayed_at FROM dead_letters WHERE run_id = %s AND url = %s", (crawl.run_id, late)
+            "SELECT state, replays, replayed_at FROM dead_letters WHERE run_id = %s AND url = %s",
+            (crawl.run_id, late),
         ).fetchone()
     assert row == ("dead", 0, None)
 
 
-def test_pause_holds_the_runs_urls_and_resume_gives_them_back(page: Page, crawl: Crawl, dashboard: Served) -> None:
+def test_pause_holds_the_runs_urls_and_resume_gives_them_back(
+    page: Page, crawl: Crawl, dashboard: Served
+) -> None:
     from demo_site.config import SiteConfig
     from demo_site.server import DemoSite
 
     run_id = "browser-paused"
     page.goto(f"/runs/{run_id}")
-    with DemoSite(SiteConfig(port=0, pages_per_host=20, news_per_host=0, flaky_per_host=0, broken_per_host=0,
-                             missing_per_host=0, slow_ms=100)) as site:
+    with DemoSite(
+        SiteConfig(
+            port=0,
+            pages_per_host=20,
+            news_per_host=0,
+            flaky_per_host=0,
+            broken_per_host=0,
+            missing_per_host=0,
+            slow_ms=100,
+        )
+    ) as site:
         assert crawl.produce(site, run_id).wait(timeout=60) == 0
         page.locator("button.act-pause").click()
         expect(page.locator("#run-state")).to_have_text("paused", timeout=30_000)
         held = page.locator("#run-held")
-        page.wait_for_function("() => parseInt(document.querySelector('#run-held').textContent) > 0", timeout=60_000)
+        page.wait_for_function(
+            "() => parseInt(document.querySelector('#run-held').textContent) > 0", timeout=60_000
+        )
         screenshot(page, "dashboard-paused.png")
         page.locator("button.act-resume").click()
         expect(held).to_have_text("0", timeout=60_000)

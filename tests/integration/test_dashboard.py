@@ -277,3 +277,38 @@ def test_the_pages_render_with_live_data(dashboard: Served) -> None:
     assert "Replay 3" in run_page
     confirm = httpx.get(f"{dashboard.url}/dead-letters/confirm?action=replay&run={RUN}&reason=http_500").text
     assert "Replay 3 dead letters" in confirm
+
+
+def control_depth(settings: Settings) -> int:
+    from shared.amqp.topology import control_queue
+
+    connection = broker.connect(settings, "test")
+    broker.declare_topology(connection, build_topology(settings))
+    depth = broker.queue_depth(connection.channel(), control_queue(settings.crawl_namespace))[0]
+    connection.close()
+    return depth
+
+
+def test_a_run_is_submitted_to_the_control_queue_and_a_bad_request_is_one_line(
+    dashboard: Served, seeded: Settings
+) -> None:
+    url = f"{dashboard.url}/api/v1/runs"
+    for body, part in (
+        ({}, "URL"),
+        ({"sitemaps": ["not a url"]}, "not a url"),
+        ({"sitemaps": ["http://169.254.169.254/latest"]}, "169.254.169.254"),
+        ({"run_id": "r" * 500, "sitemaps": ["https://a.example/sitemap.xml"]}, "run_id"),
+    ):
+        refused = httpx.post(url, json=body)
+        assert refused.status_code == 400, body
+        assert part in refused.json()["error"] and "\n" not in refused.json()["error"]
+    huge = httpx.post(url, content=b'{"urls": ["' + b"a" * (1 << 20) + b'"]}')
+    assert (huge.status_code, huge.json()) == (400, {"error": "the request body is over 1 MiB"})
+    assert control_depth(seeded) == 0  # nothing queued
+    accepted = httpx.post(url, json={"run_id": "submitted-1", "sitemaps": ["https://a.example/sitemap.xml"]})
+    assert accepted.status_code == 202
+    assert accepted.json()["run_id"] == "submitted-1" and accepted.json()["operation"]
+    assert control_depth(seeded) == 1
+    with db.connect(seeded, autocommit=True) as conn:
+        row = conn.execute("SELECT action, run_id FROM operator_actions WHERE action = 'submit'").fetchone()
+    assert row == ("submit", "submitted-1")

@@ -183,9 +183,13 @@ def test_a_hostile_run_page_renders_as_text() -> None:
             "error": short_error(SCRIPT),
         }
     ]
-    operations = [{"id": "op-1", "action": "pause", "state": "done", "progress": IMG, "result": {"paused": True}},
-                  {"id": "op-2", "action": "resume", "state": "failed", "progress": "", "result": {"error": SCRIPT}}]
-    html = views().page("run.html", page_bits(run=run, errors=errors, why=None, timeline=[], operations=operations))
+    operations = [
+        {"id": "op-1", "action": "pause", "state": "done", "progress": IMG, "result": {"paused": True}},
+        {"id": "op-2", "action": "resume", "state": "failed", "progress": "", "result": {"error": SCRIPT}},
+    ]
+    html = views().page(
+        "run.html", page_bits(run=run, errors=errors, why=None, timeline=[], operations=operations)
+    )
     assert_inert(html)
     assert "&lt;img src=x onerror=alert(2)&gt;" in html
 
