@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ops.dashboard import data, deadletters, health, workers
+from ops.dashboard import data, deadletters, domains, health, workers
 from ops.dashboard.context import Dashboard
 from ops.status import gather
 from shared.errors import ConfigError, PipelineError, ServiceUnavailable
@@ -106,6 +106,17 @@ async def run_timeline(request: Request) -> Response:
         return error(400, "minutes must be 1-1440 and step 1-3600")
     run_id = request.path_params["run_id"]
     return await answer(lambda: data.timeline(settings, run_id, int(minutes), int(step)))
+
+
+async def run_domains(request: Request) -> Response:
+    settings = dash_of(request).settings
+    run_id = request.path_params["run_id"]
+
+    def rows() -> list[dict[str, Any]]:
+        prefix = data.run_detail(settings, run_id).get("redis_prefix")
+        return domains.domains(settings, run_id, prefix)
+
+    return await answer(rows)
 
 
 async def run_errors(request: Request) -> Response:
@@ -264,6 +275,7 @@ ROUTES = [
     Route("/api/v1/runs/{run_id}", run_one),
     Route("/api/v1/runs/{run_id}/timeline", run_timeline),
     Route("/api/v1/runs/{run_id}/errors", run_errors),
+    Route("/api/v1/runs/{run_id}/domains", run_domains),
     Route("/api/v1/dead-letters", dead_letters),
     Route("/api/v1/dead-letters/summary", dead_letter_summary),
     Route("/api/v1/dead-letters.{kind:str}", export),

@@ -14,7 +14,7 @@ import jinja2
 import requests
 
 from ops import management
-from ops.dashboard import data, deadletters, workers
+from ops.dashboard import data, deadletters, domains, workers
 from ops.dashboard.config import DashboardSettings
 from ops.dashboard.text import linkable, short_error
 from ops.status import gather
@@ -142,6 +142,7 @@ class Views:
             "timeline": data.timeline(self.settings, run_id),
             "errors": data.recent_errors(self.settings, run_id),
             "why": why_not_moving(run),
+            "domains": domains.domains(self.settings, run_id, run.get("redis_prefix")),
             "queues": run["queues"],
             "workers": run["workers"],
         }

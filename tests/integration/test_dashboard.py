@@ -121,6 +121,10 @@ def test_the_api_answers_what_the_clis_read(dashboard: Served, seeded: Settings)
     assert set(stats) == {"workers", "tasks", "throughput"} and stats["throughput"]["window_s"] == 60
     assert httpx.get(f"{dashboard.url}/workers").json() == []
     assert httpx.get(f"{dashboard.url}/readyz").json() == {"ready": True}
+    domains = httpx.get(f"{dashboard.url}/api/v1/runs/{RUN}/domains").json()
+    assert [(d["domain"], d["observed_per_s"], d["in_flight"]) for d in domains] == [
+        ("a.example", round(4 / 60, 2), 0)
+    ]
     timeline = httpx.get(f"{dashboard.url}/api/v1/runs/{RUN}/timeline").json()
     assert sum(p["stored"] for p in timeline) == 4 and sum(p["dead"] for p in timeline) == 5
 

@@ -187,9 +187,22 @@ def test_a_hostile_run_page_renders_as_text() -> None:
         {"id": "op-1", "action": "pause", "state": "done", "progress": IMG, "result": {"paused": True}},
         {"id": "op-2", "action": "resume", "state": "failed", "progress": "", "result": {"error": SCRIPT}},
     ]
-    html = views().page(
-        "run.html", page_bits(run=run, errors=errors, why=None, timeline=[], operations=operations)
+    hostile_domains = [
+        {
+            "domain": SCRIPT,
+            "configured_rps": 2.0,
+            "observed_per_s": 0.1,
+            "in_flight": 1,
+            "max_in_flight": 8,
+            "pause_left_s": 0.0,
+            "next_slot_in_s": 0.2,
+            "slow": True,
+        }
+    ]
+    bits = page_bits(
+        run=run, errors=errors, why=None, timeline=[], operations=operations, domains=hostile_domains
     )
+    html = views().page("run.html", bits)
     assert_inert(html)
     assert "&lt;img src=x onerror=alert(2)&gt;" in html
 
