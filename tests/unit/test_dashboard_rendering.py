@@ -301,3 +301,12 @@ def test_a_run_that_is_not_moving_says_why() -> None:
     deferred = {**base, "identity": {"shared_queues": {"work_ready": 0, "defer_ready": 4}}}
     assert str(why_not_moving(deferred)).startswith("everything waits in defer")
     assert str(why_not_moving(base)).startswith("lost: 5 URLs")
+
+
+def test_only_the_dashboard_imports_the_web_libraries() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    web = re.compile(r"^\s*(from|import)\s+(starlette|jinja2|uvicorn|sse_starlette)\b", re.MULTILINE)
+    for package in ("producer", "worker", "dlq_consumer", "shared", "ops", "demo_site"):
+        for path in (repo / package).rglob("*.py"):
+            if "dashboard" not in path.relative_to(repo).parts:
+                assert not web.search(path.read_text(encoding="utf-8")), path
