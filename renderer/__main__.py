@@ -18,7 +18,7 @@ from renderer.watchdog import Watchdog
 from shared import metrics
 from shared.amqp.topology import render_queue
 from shared.cli import configure_logging, exit_code_of, run_main
-from shared.consumer import Subscription, run_consumers
+from shared.consumer import ConsumerHooks, Subscription, run_consumers
 from shared.http.netguard import AddressGuard, address_policy
 from shared.metrics import start_metrics_server
 from shared.postgres import db
@@ -134,9 +134,11 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 [Subscription(render_queue(settings.crawl_namespace), 0)],
                 handler,
                 settings.render_concurrency,
-                when_idle=lambda: flush(client),
-                park=handler.parked,
-                when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
+                ConsumerHooks(
+                    park=handler.parked,
+                    when_idle=lambda: flush(client),
+                    when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
+                ),
             )
     finally:
         if isinstance(handler.store, ResultStore):

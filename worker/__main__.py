@@ -9,7 +9,7 @@ import resource
 
 from shared.amqp.topology import work_queue
 from shared.cli import configure_logging, exit_code_of, run_main
-from shared.consumer import Subscription, run_consumers
+from shared.consumer import ConsumerHooks, Subscription, run_consumers
 from shared.metrics import start_metrics_server
 from shared.postgres import db
 from shared.redis.deferred_writes import flush
@@ -120,13 +120,15 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 subscriptions,
                 handler,
                 settings.fetch_concurrency,
-                # The Redis writes a page leaves for the thread's next command go out when no
-                # message is waiting for it (shared/redis/deferred_writes.py).
-                when_idle=lambda: flush(client),
-                park=handler.parked,
-                # A worker with nothing else in hand commits its rows at once: no more are
-                # coming to share the transaction (the end of a crawl, a trickle of URLs).
-                when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
+                ConsumerHooks(
+                    park=handler.parked,
+                    # The Redis writes a page leaves for the thread's next command go out when
+                    # no message is waiting for it (shared/redis/deferred_writes.py).
+                    when_idle=lambda: flush(client),
+                    # A worker with nothing else in hand commits its rows at once: no more are
+                    # coming to share the transaction (the end of a crawl, a trickle of URLs).
+                    when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
+                ),
             )
     finally:
         if isinstance(handler.store, ResultStore):

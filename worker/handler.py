@@ -38,6 +38,7 @@ from shared.settings import Settings
 from shared.try_later import TryLater
 from shared.urls import domain_of
 from worker.fetch.response import Response
+from worker.handling.discovered_links import after_storing
 from worker.handling.forwards import dead_letter, defer, hold_paused, retry, to_render
 from worker.handling.log import log
 from worker.handling.ports import (
@@ -234,7 +235,9 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             row = dataclasses.replace(
                 row, warc_filename=at.filename, warc_offset=at.offset, warc_length=at.length
             )
-        return self._store_later(task, row, response, progress)
+        # Discovery: the page's links go out with its ack (worker/handling/discovered_links.py).
+        then = after_storing(self.topology, task, page, response)
+        return self._store_later(task, row, response, progress, then)
 
     def _mark_handling(self) -> None:
         """The "handling" marker (worker/handling/poison.py), once a handling: from here the handling may

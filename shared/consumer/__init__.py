@@ -5,11 +5,12 @@ Services and their tests import the loop's interface from here, wherever its par
 """
 
 from shared.consumer.connection_thread import POLL_S
-from shared.consumer.deliveries import Delivery, Handler, Outcome, StopEvent, Subscription
+from shared.consumer.deliveries import ConsumerHooks, Delivery, Handler, Outcome, StopEvent, Subscription
 from shared.consumer.runtime import ConsumerRuntime, run_consumers
 
 __all__ = [
     "POLL_S",
+    "ConsumerHooks",
     "ConsumerRuntime",
     "Delivery",
     "Handler",

@@ -16,10 +16,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tenacity import stop_when_event_set
@@ -27,9 +26,10 @@ from tenacity import stop_when_event_set
 from shared import metrics, retrying
 from shared.amqp import broker, pika_compat
 from shared.amqp.topology import build_topology
-from shared.consumer.deliveries import Delivery, Outcome, Subscription
+from shared.consumer.deliveries import Delivery, Outcome, StopEvent, Subscription
 from shared.consumer.handler_threads import HandlerThreads
 from shared.consumer.local_buffer import LocalItem
+from shared.consumer.settling import CurrentConnection, Settling
 from shared.errors import ServiceUnavailable, one_line
 from shared.settings import Settings
 
@@ -50,19 +50,60 @@ RECOVERABLE: tuple[type[BaseException], ...] = (ServiceUnavailable, *broker.CONN
 POLL_S = 5.0
 
 
-class ConnectionThread(HandlerThreads):
-    """Part of ConsumerRuntime (shared/consumer/runtime.py), whose __init__ sets what is declared here."""
+Open = Callable[[Settings, str, int], tuple[Any, Any, Any]]
 
-    settings: Settings
-    subscriptions: list[Subscription]
-    park: Callable[[Delivery], Outcome | None] | None
-    concurrency: int
-    reconnects: int
-    _rank: dict[str, int]
-    _seq: itertools.count[int]
-    _private_api: bool
 
-    def _consume(self) -> None:
+def open_on_broker(settings: Settings, client_name: str, prefetch: int) -> tuple[Any, Any, Any]:
+    """A connection to RabbitMQ with the topology declared, a channel to consume on with
+    `prefetch`, and a confirming channel to publish on: what the loop's `connect=` returns."""
+    connection = broker.connect(settings, client_name)
+    try:
+        broker.declare_topology(connection, build_topology(settings))
+    except BaseException:
+        with contextlib.suppress(*broker.CONNECTION_ERRORS):
+            connection.close()
+        raise
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    return connection, channel, broker.confirm_channel(connection)
+
+
+class ConnectionThread:
+    """The connection's side of the loop: consumes `subscriptions` on what `connect` opens,
+    puts each message it takes in `threads`' local buffer (or holds it there, when `park` says
+    so), and settles outcomes through `settling` between its waits inside pika."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        subscriptions: Sequence[Subscription],
+        threads: HandlerThreads,
+        settling: Settling,
+        current: CurrentConnection,
+        stop_event: StopEvent,
+        park: Callable[[Delivery], Outcome | None] | None = None,
+        connect: Open = open_on_broker,
+        private_api: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.subscriptions = list(subscriptions)
+        self.threads = threads
+        self.settling = settling
+        self.current = current
+        self.stop_event = stop_event
+        self.park = park
+        self.connect = connect
+        # False: acks through pika's public API only (shared/amqp/pika_compat.py); the same acks, slower.
+        self.private_api = private_api
+        self.reconnects = 0
+        # Higher consumer priority = served first from the local buffer too.
+        ranks = sorted({s.consumer_priority for s in subscriptions}, reverse=True)
+        self._rank = {s.queue: ranks.index(s.consumer_priority) for s in subscriptions}
+
+    def consume(self) -> None:
+        """Until the stop, through losses of the connection; then drain."""
         if not self.stop_event.is_set():
             try:
                 self._connect()
@@ -71,15 +112,15 @@ class ConnectionThread(HandlerThreads):
                 raise (
                     exc if isinstance(exc, ServiceUnavailable) else broker.unavailable(self.settings, exc)
                 ) from None
-        while self._connection is not None:  # None once lost and the stop came before a reconnect
+        while self.current.connection is not None:  # None once lost and the stop came before a reconnect
             try:
                 while not self.stop_event.is_set():
-                    self._settle_waiting()
-                    self._connection.process_data_events(time_limit=POLL_S)
+                    self.settling.settle_waiting()
+                    self.current.connection.process_data_events(time_limit=POLL_S)
                 self._drain()
                 break
             except RECOVERABLE as exc:
-                self._forget_connection()
+                self.forget_connection()
                 self._reconnect(exc)
 
     def _reconnect(self, lost: BaseException) -> None:
@@ -108,32 +149,22 @@ class ConnectionThread(HandlerThreads):
                 RECOVERABLE, stop_when_event_set(self.stop_event), self.stop_event.wait, on_pause
             )(connect)
 
-    def _wake_connection(self) -> None:
+    def wake(self) -> None:
         """Make the connection's thread return from pika now, to see the stop (any thread)."""
-        connection = self._connection
+        connection = self.current.connection
         if connection is not None:
             # A closed connection needs no wake: its thread is already on its way out of pika.
             with contextlib.suppress(*broker.CONNECTION_ERRORS):
                 connection.add_callback_threadsafe(_nothing)
 
     def _connect(self) -> None:
-        connection = broker.connect(self.settings, f"{self.name} {self.settings.worker_id}")
-        try:
-            broker.declare_topology(connection, build_topology(self.settings))
-        except BaseException:
-            with contextlib.suppress(*broker.CONNECTION_ERRORS):
-                connection.close()
-            raise
-        channel = connection.channel()
         # Twice the handler threads per consumer: the local buffer refills while handlers work,
         # so a priority message is always waiting there before a bulk one is picked.
-        channel.basic_qos(prefetch_count=2 * self.concurrency)
-        self._publish_channel = broker.confirm_channel(connection)
-        self._generation += 1
-        self._unsettled.clear()
-        self._connection, self._channel = connection, channel
-        self._ack = pika_compat.batched_ack(channel, self._private_api)
-        generation = self._generation
+        connection, channel, publish_channel = self.connect(
+            self.settings, f"{self.name} {self.settings.worker_id}", 2 * self.threads.concurrency
+        )
+        ack = pika_compat.batched_ack(channel, self.private_api)
+        generation = self.current.use(connection, channel, publish_channel, ack)
         for sub in self.subscriptions:
             channel.basic_consume(
                 sub.queue,
@@ -152,15 +183,15 @@ class ConnectionThread(HandlerThreads):
             redelivered=bool(method.redelivered),
             priority=properties.priority or 0,
         )
-        self._unsettled.add(method.delivery_tag)
+        self.current.unsettled.add(method.delivery_tag)
         metrics.MESSAGES_CONSUMED.labels(queue_name).inc()
         rank, tag = self._rank[queue_name], method.delivery_tag
-        item = LocalItem(rank, -delivery.priority, next(self._seq), generation, tag, delivery)
+        item = LocalItem(rank, -delivery.priority, next(self.threads.seq), generation, tag, delivery)
         parked = self._parked(delivery)
         if parked is not None:
-            self._hold(dataclasses.replace(item, parked=True), parked)
+            self.threads.hold(dataclasses.replace(item, parked=True), parked)
         else:
-            self._local.put(item)
+            self.threads.local.put(item)
 
     def _parked(self, delivery: Delivery) -> Outcome | None:
         if self.park is None:
@@ -174,29 +205,28 @@ class ConnectionThread(HandlerThreads):
 
     def _drain(self) -> None:
         """Stop taking messages; let in-flight ones finish (bounded); unstarted ones go back."""
-        for consumer_tag in list(self._channel.consumer_tags):
-            self._channel.basic_cancel(consumer_tag)
-        self._held.wake()  # held messages go back now, not when due
+        current = self.current
+        for consumer_tag in list(current.channel.consumer_tags):
+            current.channel.basic_cancel(consumer_tag)
+        self.threads.held.wake()  # held messages go back now, not when due
         # With nothing else in hand, what waits on other threads (rows for a commit) need not
         # wait for more; otherwise the last handler thread to finish calls it.
-        self._call_if_quiet()
+        self.threads.call_if_quiet()
         deadline = time.monotonic() + min(self.settings.fetch_deadline_s + 5, MAX_DRAIN_S)
-        while self._unsettled and (left_s := deadline - time.monotonic()) > 0:
-            self._connection.process_data_events(time_limit=min(POLL_S, left_s))
-            self._settle_waiting()
-        if self._unsettled:
+        while current.unsettled and (left_s := deadline - time.monotonic()) > 0:
+            current.connection.process_data_events(time_limit=min(POLL_S, left_s))
+            self.settling.settle_waiting()
+        if current.unsettled:
             log.warning(
                 "%s stopping with %d unfinished messages; the broker will redeliver them",
                 self.name,
-                len(self._unsettled),
+                len(current.unsettled),
             )
-        self._connection.close()
-        self._connection = None
+        current.connection.close()
+        current.connection = None
 
-    def _forget_connection(self) -> None:
-        self._generation += 1
-        self._unsettled.clear()
-        connection, self._connection = self._connection, None
+    def forget_connection(self) -> None:
+        connection = self.current.forget()
         if connection is not None and connection.is_open:
             with contextlib.suppress(*broker.CONNECTION_ERRORS):
                 connection.close()

@@ -84,6 +84,23 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class ConsumerHooks:
+    """What a service may add to the loop, each optional."""
+
+    # On the connection's thread, as each message comes: a hold outcome keeps it in the timer
+    # heap before any handler thread wakes for it (a worker's URL whose domain is already
+    # waiting here); None hands it to the handler threads.
+    park: Callable[[Delivery], Outcome | None] | None = None
+    # On a handler thread that finds no message waiting, before it waits for one.
+    when_idle: Callable[[], None] | None = None
+    # On the handler thread that finds nothing else in hand (no message waiting or held, no
+    # other thread handling one): what waits on another thread then waits for nothing.
+    when_quiet: Callable[[], None] | None = None
+    # Once, after the signal handlers are set and before the first connect.
+    on_start: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
 class Subscription:
     queue: str
     consumer_priority: int = 0  # the broker offers messages to higher-priority consumers first

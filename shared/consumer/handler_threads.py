@@ -9,26 +9,28 @@ calls the service's idle hooks first. The timer thread hands each held message b
 buffer when it is due.
 
 Apart from the connection's thread because none of this touches pika: only that thread does.
-It calls on this part to park a message as it comes (`_hold`) and, as it stops, for the quiet
-hook (`_call_if_quiet`).
+It calls on this part to park a message as it comes (`hold`) and, as it stops, for the quiet
+hook (`call_if_quiet`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from tenacity import Retrying, stop_when_event_set
 
 from shared import metrics, retrying
-from shared.consumer.deliveries import Delivery, Handler, Outcome, StopEvent
+from shared.consumer.deliveries import ConsumerHooks, Delivery, Handler, Outcome, StopEvent
 from shared.consumer.holds import HeldMessages
 from shared.consumer.local_buffer import LocalItem, LocalQueue
-from shared.consumer.settling import Settling
+from shared.consumer.settling import CurrentConnection, Settling
 from shared.errors import ServiceUnavailable, one_line
 
 # The loop's log lines keep the logger they have always had, whichever of its modules writes
@@ -36,28 +38,70 @@ from shared.errors import ServiceUnavailable, one_line
 log = logging.getLogger("shared.consumer")  # the name operators know: kept as the module moved
 
 
-class HandlerThreads(Settling):
-    """Part of ConsumerRuntime (shared/consumer/runtime.py), whose __init__ sets what is declared here."""
+class HandlerThreads:
+    """`concurrency` threads calling `handler` on the messages of `local`, and the timer thread
+    of `held`; what they decide goes to `settling`. Built and started by ConsumerRuntime
+    (shared/consumer/runtime.py); `handle` alone needs nothing started."""
 
-    handler: Handler
-    when_idle: Callable[[], None] | None
-    when_quiet: Callable[[], None] | None
-    stop_event: StopEvent
-    _local: LocalQueue
-    _held: HeldMessages[LocalItem]
-    _handling_now: int
-    _handling_lock: threading.Lock
+    def __init__(
+        self,
+        name: str,
+        handler: Handler,
+        concurrency: int,
+        stop_event: StopEvent,
+        hooks: ConsumerHooks,
+        current: CurrentConnection,
+        settling: Settling,
+    ) -> None:
+        self.name = name
+        self.handler = handler
+        self.concurrency = concurrency
+        self.stop_event = stop_event
+        # Called on a handler thread that finds no message waiting, before it waits for one:
+        # the handler's chance to send what it held back for its next message (the worker's
+        # deferred Redis writes).
+        self.when_idle = hooks.when_idle
+        self.when_quiet = hooks.when_quiet
+        self.current = current
+        self.settling = settling
+        self.local = LocalQueue()
+        self.held: HeldMessages[LocalItem] = HeldMessages(time.monotonic)
+        self.seq = itertools.count()  # the arrival order of the messages put in `local`
+        self._handling_now = 0  # handler threads between taking a message and handing it on
+        self._handling_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        self._threads.append(
+            threading.Thread(target=self._release_held, name=f"{self.name}-held", daemon=True)
+        )
+        for thread in self._threads:
+            thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        for thread in self._threads:
+            thread.join(timeout=timeout_s)
+
+    def wake(self) -> None:
+        """Wake the idle handler threads and the timer, to see that the service stops."""
+        self.held.wake()
+        for _ in range(self.concurrency):  # of no generation: a thread that takes one looks at the stop flag
+            self.local.put(LocalItem(-1, 0, next(self.seq), -1, 0, Delivery("", b"", {}, False)))
 
     def _work(self) -> None:
         while True:
             try:
-                item = self._local.get_nowait()
+                item = self.local.get_nowait()
             except queue.Empty:
                 self._idle()
-                item = self._local.get()  # the stop sends each thread an item too (_wake_threads)
-            if item.generation != self._generation:
+                item = self.local.get()  # the stop sends each thread an item too (wake)
+            if item.generation != self.current.generation:
                 # A stale item's channel is gone and the broker has requeued it.
-                if self.stop_event.is_set() and self._connection is None:
+                if self.stop_event.is_set() and self.current.connection is None:
                     return
                 continue
             with self._handling_lock:
@@ -70,18 +114,18 @@ class HandlerThreads(Settling):
 
     def _work_on(self, item: LocalItem) -> None:
         # A message taken as the stop came was never started: give it back.
-        outcome = Outcome.reject(requeue=True) if self.stop_event.is_set() else self._handle(item.delivery)
+        outcome = Outcome.reject(requeue=True) if self.stop_event.is_set() else self.handle(item.delivery)
         if outcome.hold_s is not None:
-            self._hold(item, outcome)
+            self.hold(item, outcome)
         elif outcome.later is not None:
-            outcome.later.add_done_callback(functools.partial(self._hand_back_settled, item))
+            outcome.later.add_done_callback(functools.partial(self.settling.hand_back_settled, item))
         else:
-            self._hand_back(item, outcome)
+            self.settling.hand_back(item, outcome)
 
-    def _hold(self, item: LocalItem, outcome: Outcome) -> None:
+    def hold(self, item: LocalItem, outcome: Outcome) -> None:
         assert outcome.hold_s is not None
         metrics.MESSAGES_HELD.inc()  # before the timer can let it go (and dec)
-        self._held.hold(
+        self.held.hold(
             dataclasses.replace(item, delivery=dataclasses.replace(item.delivery, memo=outcome.memo)),
             outcome.hold_s,
         )
@@ -91,7 +135,7 @@ class HandlerThreads(Settling):
         them at once when the service stops (the handlers then give them back to the broker)."""
         while True:
             stopping = self.stop_event.is_set()
-            due = self._held.take_all() if stopping else self._held.take_due()
+            due = self.held.take_all() if stopping else self.held.take_due()
             # Parked messages are due with the one whose slot they waited for, and their
             # handling is short (a check, a reservation): one thread takes them in turn,
             # instead of a thread woken from its pause for each. A thread of their own, not
@@ -102,18 +146,18 @@ class HandlerThreads(Settling):
                 if item.parked:
                     parked.append(item)
                 else:
-                    self._local.put(item)  # a thread each: each may be a fetch
+                    self.local.put(item)  # a thread each: each may be a fetch
             if parked:
-                self._local.put_together(parked)
-            if stopping and self._connection is None:
+                self.local.put_together(parked)
+            if stopping and self.current.connection is None:
                 return
-            self._held.wait_for_next()  # until the next is due; a stop wakes it
+            self.held.wait_for_next()  # until the next is due; a stop wakes it
 
     def _idle(self) -> None:
         self._call_hook(self.when_idle)
-        self._call_if_quiet()
+        self.call_if_quiet()
 
-    def _call_if_quiet(self) -> None:
+    def call_if_quiet(self) -> None:
         if self._quiet():
             self._call_hook(self.when_quiet)
 
@@ -133,9 +177,11 @@ class HandlerThreads(Settling):
             return False
         with self._handling_lock:
             handling = self._handling_now
-        return handling == 0 and self._local.empty() and len(self._held) == 0
+        return handling == 0 and self.local.empty() and len(self.held) == 0
 
-    def _handle(self, delivery: Delivery) -> Outcome:
+    def handle(self, delivery: Delivery) -> Outcome:
+        """The handler's outcome for `delivery`: after waiting out an unavailable service, and
+        a reject when the handler fails."""
         try:
             return self._handling(self.handler, delivery)
         except ServiceUnavailable:  # still unavailable when the stop came

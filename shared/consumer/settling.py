@@ -30,22 +30,58 @@ from shared.errors import ServiceUnavailable, one_line
 log = logging.getLogger("shared.consumer")  # the name operators know: kept as the module moved
 
 
-class Settling:
-    """Part of ConsumerRuntime (shared/consumer/runtime.py), whose __init__ sets what is declared here."""
+class CurrentConnection:
+    """The connection the loop consumes on now, as every part of the loop sees it: its channels,
+    its ack, its generation (one more with each connect and each loss) and the delivery tags of
+    this generation not yet settled. Only the connection's thread changes it; the other threads
+    read `connection` and `generation`, each a single attribute read."""
 
-    name: str
-    _connection: Any
-    _channel: Any
-    _publish_channel: Any
-    _ack: Callable[[int], None]
-    _generation: int
-    _unsettled: set[int]
-    _settled: collections.deque[tuple[int, int, Outcome]]
-    _settled_lock: threading.Lock
+    def __init__(self) -> None:
+        self.connection: Any = None
+        self.channel: Any = None
+        self.publish_channel: Any = None
+        self.ack: Callable[[int], None] = lambda _tag: None  # set with each channel
+        self.generation = 0
+        self.unsettled: set[int] = set()
+
+    def use(self, connection: Any, channel: Any, publish_channel: Any, ack: Callable[[int], None]) -> int:
+        """Consume on these from now on; returns their generation."""
+        self.generation += 1
+        self.unsettled.clear()
+        self.connection, self.channel, self.publish_channel, self.ack = (
+            connection,
+            channel,
+            publish_channel,
+            ack,
+        )
+        return self.generation
+
+    def forget(self) -> Any:
+        """No connection from now on (lost, or stopping): returns the one there was, if any.
+        Outcomes of its deliveries are dropped; the broker requeues them by itself."""
+        self.generation += 1
+        self.unsettled.clear()
+        connection, self.connection = self.connection, None
+        return connection
+
+
+class Settling:
+    """The one way a message is acked or rejected: outcomes handed back from any thread, settled
+    on the connection's thread of `current`."""
+
+    def __init__(self, name: str, current: CurrentConnection) -> None:
+        self.name = name
+        self.current = current
+        # Outcomes handed back by handler threads, settled on the connection's thread. One wake
+        # of that thread settles all that are waiting: a wake per outcome costs a pipe write and
+        # a GIL handoff each. The loop also settles them after each (re)connect and every
+        # POLL_S, so none can be stranded by a wake that went to a connection since replaced.
+        self._settled: collections.deque[tuple[int, int, Outcome]] = collections.deque()
+        self._settled_lock = threading.Lock()
 
     # ---- the thread that decided the outcome ------------------------------------------------
 
-    def _hand_back_settled(self, item: LocalItem, settled: concurrent.futures.Future[Outcome]) -> None:
+    def hand_back_settled(self, item: LocalItem, settled: concurrent.futures.Future[Outcome]) -> None:
         """On the thread that resolved `settled`."""
         error = settled.exception()
         if error is None:
@@ -61,10 +97,10 @@ class Settling:
                 exc_info=error,
             )
             outcome = Outcome.reject(requeue=False)
-        self._hand_back(item, outcome)
+        self.hand_back(item, outcome)
 
-    def _hand_back(self, item: LocalItem, outcome: Outcome) -> None:
-        connection = self._connection
+    def hand_back(self, item: LocalItem, outcome: Outcome) -> None:
+        connection = self.current.connection
         if connection is None:
             return
         with self._settled_lock:
@@ -73,36 +109,37 @@ class Settling:
         if first:  # otherwise a wake is already on its way
             # If the connection closed meanwhile, the broker requeues the message by itself.
             with contextlib.suppress(*broker.CONNECTION_ERRORS):
-                connection.add_callback_threadsafe(self._settle_waiting)
+                connection.add_callback_threadsafe(self.settle_waiting)
 
     # ---- the connection's thread ------------------------------------------------------------
 
-    def _settle_waiting(self) -> None:
+    def settle_waiting(self) -> None:
         with self._settled_lock:
             waiting, self._settled = self._settled, collections.deque()
         for generation, tag, outcome in waiting:
             self._settle(generation, tag, outcome)
 
     def _settle(self, generation: int, tag: int, outcome: Outcome) -> None:
-        if generation != self._generation or tag not in self._unsettled:
+        current = self.current
+        if generation != current.generation or tag not in current.unsettled:
             return  # from a closed channel: the broker has requeued it already
         try:
             for publication in outcome.publications:
-                broker.publish(self._publish_channel, publication)
+                broker.publish(current.publish_channel, publication)
         except broker.PublishFailed as exc:
             log.warning("%s could not publish (%s); returning the message to its queue", self.name, exc)
-            self._channel.basic_nack(tag, requeue=True)
+            current.channel.basic_nack(tag, requeue=True)
         except broker.UNPUBLISHABLE as exc:
             # Our bug (e.g. a header AMQP cannot encode): dead-letter the original, do not crash-loop.
             log.error(
                 "%s cannot encode an outgoing message (%s); dead-lettering the original", self.name, exc
             )
-            self._channel.basic_reject(tag, requeue=False)
+            current.channel.basic_reject(tag, requeue=False)
         else:
             if outcome.ack:
                 # Where pika allows, queued: the acks of one wake go out together on the loop's
                 # next poll, which follows at once (and a close sends queued frames first).
-                self._ack(tag)
+                current.ack(tag)
             else:
-                self._channel.basic_reject(tag, requeue=outcome.requeue)
-        self._unsettled.discard(tag)
+                current.channel.basic_reject(tag, requeue=outcome.requeue)
+        current.unsettled.discard(tag)

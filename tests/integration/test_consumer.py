@@ -15,7 +15,7 @@ from shared.amqp.topology import (
     work_exchange,
     work_queue,
 )
-from shared.consumer import Delivery, Outcome, StopEvent, Subscription, run_consumers
+from shared.consumer import ConsumerHooks, Delivery, Outcome, StopEvent, Subscription, run_consumers
 from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 
@@ -57,10 +57,8 @@ def consume_in_thread(
         args=(settings, "test-consumer", subscriptions, handler, concurrency),
         kwargs={
             "stop_event": stop,
-            "when_idle": when_idle,
+            "hooks": ConsumerHooks(park=park, when_idle=when_idle, when_quiet=when_quiet),
             "private_api": private_api,
-            "park": park,
-            "when_quiet": when_quiet,
         },
         daemon=True,
     )
@@ -269,7 +267,7 @@ def test_a_stopping_service_with_nothing_else_in_hand_runs_the_quiet_hook(settin
     thread = threading.Thread(
         target=run_consumers,
         args=(settings, "test-consumer", [Subscription(queue)], handler, 2),
-        kwargs={"stop_event": stop, "when_quiet": when_quiet},
+        kwargs={"stop_event": stop, "hooks": ConsumerHooks(when_quiet=when_quiet)},
         daemon=True,
     )
     thread.start()

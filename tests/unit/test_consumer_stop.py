@@ -35,16 +35,23 @@ class SleepingLink:
     def close(self) -> None:
         self.is_open = False
 
+    def basic_ack(self, _tag: int) -> None:
+        pass
+
 
 class LinkedRuntime(ConsumerRuntime):
+    """A runtime whose connect= opens a SleepingLink: no broker."""
+
     def __init__(self, stop: StopEvent) -> None:
-        super().__init__(Settings(), "test", [], lambda _d: Outcome.done(), 4, stop_event=stop)
         self.link = SleepingLink()
         self.connected = threading.Event()
+        super().__init__(
+            Settings(), "test", [], lambda _d: Outcome.done(), 4, stop_event=stop, connect=self._open
+        )
 
-    def _connect(self) -> None:
-        self._connection = self._channel = self.link
+    def _open(self, _settings: Settings, _name: str, _prefetch: int) -> tuple[object, object, object]:
         self.connected.set()
+        return self.link, self.link, self.link
 
 
 def test_a_stop_ends_the_run_at_once_though_the_connection_thread_sleeps_in_pika() -> None:

@@ -156,20 +156,26 @@ class FakeLink:
     def close(self) -> None:
         pass
 
+    def basic_ack(self, _tag: int) -> None:
+        pass
+
 
 class ScriptedRuntime(ConsumerRuntime):
     """A runtime whose connects follow `plan` (True: connected, False: refused); no broker."""
 
     def __init__(self, stop: StopAfter, plan: list[bool]) -> None:
-        super().__init__(Settings(), "test", [], lambda _d: Outcome.done(), 1, stop_event=stop)
         self.plan = plan
         self.connects = 0
+        super().__init__(
+            Settings(), "test", [], lambda _d: Outcome.done(), 1, stop_event=stop, connect=self._open
+        )
 
-    def _connect(self) -> None:
+    def _open(self, _settings: Settings, _name: str, _prefetch: int) -> tuple[object, object, object]:
         self.connects += 1
         if not self.plan.pop(0):
             raise ServiceUnavailable("RabbitMQ", "127.0.0.1", "refused")
-        self._connection = self._channel = FakeLink(self)
+        link = FakeLink(self)
+        return link, link, link
 
 
 DELIVERY = Delivery("q", b"{}", {}, redelivered=False)
@@ -187,13 +193,13 @@ def runtime(stop: StopAfter, needs: Flaky) -> ConsumerRuntime:
 
 def test_a_handler_waits_out_an_outage_and_its_message_is_handled() -> None:
     stop, handler = StopAfter(), Flaky(failures=5)
-    assert runtime(stop, handler)._handle(DELIVERY) == Outcome.done()
+    assert runtime(stop, handler).threads.handle(DELIVERY) == Outcome.done()
     assert stop.pauses == [1.0, 2.0, 4.0, 8.0, 15.0] and handler.calls == 6
 
 
 def test_a_stop_during_an_outage_gives_the_message_back_after_one_more_try() -> None:
     stop, handler = StopAfter(waits=3), Flaky(failures=10**6)
-    assert runtime(stop, handler)._handle(DELIVERY) == Outcome.reject(requeue=True)
+    assert runtime(stop, handler).threads.handle(DELIVERY) == Outcome.reject(requeue=True)
     assert stop.pauses == [1.0, 2.0, 4.0] and handler.calls == 4
 
 
@@ -204,7 +210,7 @@ def test_a_handler_bug_is_dead_lettered_without_a_pause() -> None:
         raise KeyError("nobody foresaw this")
 
     consumer = ConsumerRuntime(Settings(), "test", [], broken, 1, stop_event=stop)
-    assert consumer._handle(DELIVERY) == Outcome.reject(requeue=False) and stop.pauses == []
+    assert consumer.threads.handle(DELIVERY) == Outcome.reject(requeue=False) and stop.pauses == []
 
 
 def test_a_lost_connection_is_followed_by_growing_pauses_that_start_over_once_connected() -> None:

@@ -91,7 +91,14 @@ class StoresRows:
     handled: Handled | None
     _local: threading.local
 
-    def _store_later(self, task: CrawlTask, row: PageRow, response: Response, progress: Progress) -> Outcome:
+    def _store_later(
+        self,
+        task: CrawlTask,
+        row: PageRow,
+        response: Response,
+        progress: Progress,
+        then: Outcome | None = None,
+    ) -> Outcome:
         """Hand the row to the store and go on: the message is acked once its row is committed.
         The store keeps the row through a short database outage, so the page is not fetched
         again; past that the message goes back to its queue."""
@@ -112,10 +119,13 @@ class StoresRows:
                 return
             # Settled first: the row is committed, and a mark or a log line that fails must
             # not leave the message unacked for good.
-            settled.set_result(Outcome.done())
+            settled.set_result(then or Outcome.done())  # `then`: the page's links, in a discovery run
             metrics.PAGES_STORED.labels(task.queue).inc()
             try:
-                if self.handled is not None:
+                # Not marked while its links are still to be confirmed: a mark that landed first
+                # would make a redelivery after a crash skip the page, and its links with it. A
+                # second copy is then fetched and stored again (one row all the same).
+                if self.handled is not None and (then is None or not then.publications):
                     self.handled.mark_later(task)
                 log.info(
                     "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",

@@ -1,0 +1,226 @@
+"""Each part of the consumer loop built alone, with a fake connection and channel in place of
+pika: the settling of outcomes, the handler threads, and the connection's thread (through its
+`connect=` seam)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from shared.amqp.broker import Publication
+from shared.consumer import ConsumerHooks, Delivery, Outcome, StopEvent, Subscription
+from shared.consumer.connection_thread import ConnectionThread
+from shared.consumer.handler_threads import HandlerThreads
+from shared.consumer.local_buffer import LocalItem
+from shared.consumer.settling import CurrentConnection, Settling
+from shared.settings import Settings
+
+
+@dataclass
+class FakeChannel:
+    """A connection and its channels in one: records what the loop asks of pika."""
+
+    acked: list[int] = field(default_factory=list)
+    rejected: list[tuple[int, bool]] = field(default_factory=list)
+    published: list[tuple[str, str, bytes]] = field(default_factory=list)
+    callbacks: list[Callable[[], None]] = field(default_factory=list)
+    consumers: dict[str, Callable[..., None]] = field(default_factory=dict)
+    consumer_tags: tuple[str, ...] = ()
+    is_open: bool = True
+    events: Callable[[], None] = lambda: None  # what one process_data_events does
+
+    def basic_ack(self, tag: int) -> None:
+        self.acked.append(tag)
+
+    def basic_reject(self, tag: int, requeue: bool) -> None:
+        self.rejected.append((tag, requeue))
+
+    def basic_nack(self, tag: int, requeue: bool) -> None:
+        self.rejected.append((tag, requeue))
+
+    def basic_publish(self, exchange: str, routing_key: str, body: bytes, *_args: Any, **_kw: Any) -> None:
+        self.published.append((exchange, routing_key, body))
+
+    def basic_consume(self, queue: str, on_message: Callable[..., None], arguments: Any = None) -> None:
+        self.consumers[queue] = on_message
+
+    def add_callback_threadsafe(self, callback: Callable[[], None]) -> None:
+        self.callbacks.append(callback)
+
+    def process_data_events(self, time_limit: float) -> None:
+        self.events()
+
+    def close(self) -> None:
+        self.is_open = False
+
+
+DONE = Delivery("q", b"{}", {}, False)
+
+
+def connected(channel: FakeChannel) -> CurrentConnection:
+    current = CurrentConnection()
+    current.use(channel, channel, channel, channel.basic_ack)
+    return current
+
+
+def item(current: CurrentConnection, tag: int, body: bytes = b"{}") -> LocalItem:
+    current.unsettled.add(tag)
+    return LocalItem(0, 0, tag, current.generation, tag, Delivery("q", body, {}, False))
+
+
+def test_settling_publishes_then_acks_and_one_wake_settles_every_outcome_waiting() -> None:
+    channel = FakeChannel()
+    current = connected(channel)
+    settling = Settling("test", current)
+    forward = Outcome.forward(Publication("x", "k", b"copy"))
+    settling.hand_back(item(current, 1), forward)
+    settling.hand_back(item(current, 2), Outcome.reject(requeue=False))
+    assert len(channel.callbacks) == 1  # one wake for both
+    channel.callbacks[0]()
+    assert channel.published == [("x", "k", b"copy")]
+    assert channel.acked == [1] and channel.rejected == [(2, False)]
+    assert current.unsettled == set()
+
+
+def test_settling_drops_an_outcome_of_a_connection_since_lost() -> None:
+    channel = FakeChannel()
+    current = connected(channel)
+    settling = Settling("test", current)
+    stale = item(current, 7)
+    current.forget()  # lost: the broker requeues tag 7 by itself
+    settling.hand_back(stale, Outcome.done())
+    assert channel.callbacks == []  # no connection to wake
+    current.use(channel, channel, channel, channel.basic_ack)  # reconnected: a new generation
+    settling.hand_back(stale, Outcome.done())
+    settling.settle_waiting()
+    assert channel.acked == []
+
+
+def test_settling_turns_a_failed_later_outcome_into_a_reject() -> None:
+    import concurrent.futures
+
+    from shared.errors import ServiceUnavailable
+
+    channel = FakeChannel()
+    current = connected(channel)
+    settling = Settling("test", current)
+    unavailable: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+    unavailable.set_exception(ServiceUnavailable("PostgreSQL", "127.0.0.1", "gone"))
+    broken: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+    broken.set_exception(KeyError("a bug"))
+    settling.hand_back_settled(item(current, 1), unavailable)
+    settling.hand_back_settled(item(current, 2), broken)
+    settling.settle_waiting()
+    assert channel.rejected == [(1, True), (2, False)]
+
+
+NO_HOOKS = ConsumerHooks()
+
+
+def handler_threads(
+    handler: Callable[[Delivery], Outcome], hooks: ConsumerHooks = NO_HOOKS
+) -> tuple[HandlerThreads, FakeChannel, CurrentConnection]:
+    channel = FakeChannel()
+    current = connected(channel)
+    settling = Settling("parts", current)
+    return HandlerThreads("parts", handler, 2, StopEvent(), hooks, current, settling), channel, current
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def test_handler_threads_hand_each_outcome_to_the_settling_and_hold_what_asks_to_wait() -> None:
+    seen: list[Any] = []
+
+    def handler(delivery: Delivery) -> Outcome:
+        seen.append(delivery.memo)
+        return (
+            Outcome.hold(0.05, "again")
+            if delivery.memo is None and delivery.body == b"hold"
+            else Outcome.done()
+        )
+
+    threads, channel, current = handler_threads(handler)
+    threads.start()
+    try:
+        threads.local.put(item(current, 1))
+        threads.local.put(item(current, 2, b"hold"))
+
+        def settled_both() -> bool:
+            threads.settling.settle_waiting()  # as the connection's thread would, when woken
+            return len(channel.acked) == 2
+
+        wait_for(settled_both)
+        assert sorted(channel.acked) == [1, 2]
+        assert sorted(seen, key=str) == sorted(
+            [None, None, "again"], key=str
+        )  # back from its hold with its memo
+    finally:
+        threads.stop_event.set()
+        current.forget()
+        threads.wake()
+        threads.join(5.0)
+    assert not any(t.name.startswith("parts-") for t in threading.enumerate())
+
+
+def test_handler_threads_reject_what_the_handler_fails_on_and_call_the_idle_hooks() -> None:
+    idle: list[str] = []
+
+    def broken(_delivery: Delivery) -> Outcome:
+        raise KeyError("nobody foresaw this")
+
+    hooks = ConsumerHooks(when_idle=lambda: idle.append("idle"), when_quiet=lambda: idle.append("quiet"))
+    threads, _channel, _current = handler_threads(broken, hooks)
+    assert threads.handle(Delivery("q", b"{}", {}, False)) == Outcome.reject(requeue=False)
+    threads.call_if_quiet()  # nothing in hand, nothing waiting
+    assert idle == ["quiet"]
+
+
+def test_the_connection_thread_consumes_on_what_connect_opens_and_parks_what_park_holds() -> None:
+    channel = FakeChannel()
+    opened: list[tuple[str, int]] = []
+
+    def connect(_settings: Settings, name: str, prefetch: int) -> tuple[Any, Any, Any]:
+        opened.append((name, prefetch))
+        return channel, channel, channel
+
+    current = CurrentConnection()
+    stop = StopEvent()
+    settling = Settling("parts", current)
+    threads = HandlerThreads("parts", lambda _d: Outcome.done(), 3, stop, ConsumerHooks(), current, settling)
+
+    def park(delivery: Delivery) -> Outcome | None:
+        return Outcome.hold(60.0) if delivery.body == b"later" else None
+
+    link = ConnectionThread(
+        Settings(), "parts", [Subscription("q")], threads, settling, current, stop, park, connect, False
+    )
+    deliveries = iter([b"now", b"later"])
+
+    def pika_delivers() -> None:  # one message a poll; then both settled, and the stop
+        body = next(deliveries, None)
+        if body is None:
+            if not stop.is_set():
+                for tag in sorted(current.unsettled):
+                    settling.hand_back(LocalItem(0, 0, tag, current.generation, tag, DONE), Outcome.done())
+                stop.set()
+            return
+        tag = len(current.unsettled) + 1
+        method = SimpleNamespace(delivery_tag=tag, redelivered=False)
+        channel.consumers["q"](channel, method, SimpleNamespace(headers=None, priority=None), body)
+
+    channel.events = pika_delivers
+    link.consume()
+    assert opened == [(f"parts {Settings().worker_id}", 6)]  # twice the handler threads
+    assert [i.delivery.body for i in list(threads.local.queue)] == [b"now"]
+    assert len(threads.held) == 1  # parked on the connection's thread, never handed to a handler
+    assert sorted(channel.acked) == [1, 2]
+    assert channel.is_open is False and current.connection is None  # drained and closed
