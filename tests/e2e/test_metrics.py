@@ -60,6 +60,8 @@ def test_scraped_counters_equal_the_stored_and_dead_letter_counts(
 EXCUSED: dict[str, str] = {
     "crawl_holds": "MAX_HOLD_S=0 here; moved in tests/e2e/test_held_urls.py",
     "crawl_messages_held": "MAX_HOLD_S=0 here; moved in tests/e2e/test_held_urls.py",
+    "crawl_proxy_failures": "no proxy here; moved in tests/integration/test_socks_proxy.py",
+    "crawl_proxy_usable": "no proxy here; moved in tests/integration/test_socks_proxy.py",
 }
 ETAG = '"v1"'
 SLOW_PAGE_S = 0.3  # long enough for a scrape to find fetches in flight
