@@ -129,6 +129,7 @@ def perf_site(
     log_dir: Path,
     root: Path | None = None,
     port: int = SITE_PORT,
+    links_per_page: int = 20,
 ) -> Iterator[SiteProcess]:
     log = (log_dir / "site.log").open("wb")
     site = subprocess.Popen(
@@ -145,6 +146,8 @@ def perf_site(
             "--port",
             str(port),
             *(["--root", str(root)] if root else []),
+            "--links-per-page",
+            str(links_per_page),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -274,10 +277,11 @@ def run_scrapy(
     site: SiteProcess | None = None,
     concurrency: int = SCRAPY_CONCURRENCY,
     per_domain: int = PER_DOMAIN,
+    out: Path | None = None,  # where its items go (default: a new file in log_dir)
 ) -> Result:
     before = services_cpu_s()
     site_before = site.cpu_s() if site else 0.0
-    out = log_dir / f"scrapy-{secrets.token_hex(3)}.jsonl"
+    out = out or log_dir / f"scrapy-{secrets.token_hex(3)}.jsonl"
     # Timed from the launch, as our pipeline is: both pay their start-up within the figure.
     launched = time.monotonic()
     done = subprocess.run(
@@ -489,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="turns of each side in a comparison")
     parser.add_argument(
         "--only",
-        default="latency,cpu,real,floor,producer,dedup,scaling",
+        default="latency,cpu,real,floor,producer,dedup,scaling,discovery,discovery-cost",
         help="comma list of sections to run (real: real pages alone)",
     )
     parser.add_argument(
@@ -497,6 +501,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=REAL_PAGES,
         help=f"real pages per side and round, spread over {REAL_HOSTS} hosts (a quick run: 400)",
+    )
+    parser.add_argument(
+        "--discovery-pages",
+        type=int,
+        default=0,
+        help="pages of the discovery cost site (default 100,000; --quick 10,000)",
     )
     args = parser.parse_args(argv)
     sections = set(args.only.split(","))
@@ -608,6 +618,14 @@ def main(argv: list[str] | None = None) -> int:
         real_pages(table, args.real_pages, rounds, log_dir)
 
     producer_floor_dedup(table, sections, scale, log_dir)
+
+    if sections & {"discovery", "discovery-cost"}:
+        from bench import discovery  # imports this module's helpers: imported once they exist
+
+        if "discovery" in sections:
+            discovery.side_by_side(table, log_dir, rounds)
+        if "discovery-cost" in sections:
+            discovery.cost(table, log_dir, args.discovery_pages or discovery.COST_PAGES // scale)
 
     print()
     print(table.render())

@@ -59,6 +59,7 @@ class SiteSpec:
     port: int
     delay_ms: int
     root: Path | None = None  # real pages from this directory instead of generated ones
+    links_per_page: int = 20  # of a generated page (see page_html)
     real_paths: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -66,7 +67,7 @@ class SiteSpec:
         from bench.real_corpus import page_paths
 
         paths = tuple(page_paths(root)[:pages_per_host])
-        return cls(hosts, len(paths), port, delay_ms, root, paths)
+        return cls(hosts, len(paths), port, delay_ms, root, real_paths=paths)
 
     def host(self, index: int) -> str:
         return f"127.0.1.{index + 1}"
@@ -80,10 +81,26 @@ class SiteSpec:
         return [f"{self.origin(h)}/p/{n}.html" for h in range(self.hosts) for n in range(self.pages_per_host)]
 
 
-def page_html(origin: str, n: int, pages: int) -> bytes:
+def link_targets(n: int, pages: int, links: int = 20) -> list[int]:
+    """The pages page `n` links to. 20 (the default): n + 37k, which a crawl from a sitemap
+    never follows. Any other number, for discovery crawls: half of them to the next level of a
+    tree (page n's children n * half + k: every page reachable from page 0, in few levels, as a
+    site's navigation makes it), the other half across the site, mostly to pages seen already."""
+    if links == 20:
+        return [(n + k * 37) % pages for k in range(1, 21)]
+    half = links // 2
+    return [(n * half + k) % pages for k in range(1, half + 1)] + [
+        (n + k * 37) % pages for k in range(1, links - half + 1)
+    ]
+
+
+def page_html(origin: str, n: int, pages: int, links_per_page: int = 20) -> bytes:
     words = [WORDS[(n * 7 + i * 3) % len(WORDS)] for i in range(900)]
     paragraphs = "".join(f"<p>{' '.join(words[i : i + 60])}</p>" for i in range(0, len(words), 60))
-    links = "".join(f'<li><a href="/p/{(n + k * 37) % pages}.html">page {k}</a></li>' for k in range(1, 21))
+    links = "".join(
+        f'<li><a href="/p/{target}.html">page {k}</a></li>'
+        for k, target in enumerate(link_targets(n, pages, links_per_page), start=1)
+    )
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Page {n}</title>'
         f'<meta name="description" content="Benchmark page number {n}">'
@@ -147,7 +164,7 @@ class Site:
                 cached = self.pages[host].get(n)
                 if cached is None:
                     cached = self.pages[host][n] = page_html(
-                        self.spec.origin(host), n, self.spec.pages_per_host
+                        self.spec.origin(host), n, self.spec.pages_per_host, self.spec.links_per_page
                     )
                 return 200, "text/html; charset=utf-8", cached
         return 404, "text/plain", b"not found"
@@ -212,13 +229,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8531)
     parser.add_argument("--delay-ms", type=int, default=0)
     parser.add_argument("--root", type=Path, help="serve the HTML pages of this directory")
+    parser.add_argument(
+        "--links-per-page", type=int, default=20, help="links of a generated page (default 20)"
+    )
     parser.add_argument("--no-sitemaps", action="store_true", help="serve pages and robots.txt only")
     parser.add_argument("--write-urls", metavar="FILE", help="write every page URL to FILE and exit")
     args = parser.parse_args(argv)
     if args.root:
         spec = SiteSpec.of_directory(args.root, args.hosts, args.pages_per_host, args.port, args.delay_ms)
     else:
-        spec = SiteSpec(args.hosts, args.pages_per_host, args.port, args.delay_ms)
+        spec = SiteSpec(
+            args.hosts, args.pages_per_host, args.port, args.delay_ms, links_per_page=args.links_per_page
+        )
     if args.write_urls:
         with open(args.write_urls, "w") as out:
             out.write("\n".join(spec.page_urls()) + "\n")

@@ -2,6 +2,9 @@
 
     --urls FILE      crawl a list of URLs (latency-bound benchmark)
     --sitemap URL    crawl what a sitemap index lists, with SitemapSpider (CPU-bound benchmark)
+    --start URL --max-depth N
+                     follow links from URL within its host to depth N, with CrawlSpider,
+                     LinkExtractor, allowed_domains and DEPTH_LIMIT (discovery benchmark)
 
 Writes JSON lines to --out and prints one JSON object: pages, elapsed_s (the crawl alone),
 finished_at (time.monotonic() when the crawl ended, a clock all processes share), cpu_s (this
@@ -19,12 +22,14 @@ import resource
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from scrapy import Request, Spider, signals
 from scrapy.crawler import CrawlerProcess
 from scrapy.http import Response
+from scrapy.linkextractors import LinkExtractor
 from scrapy.settings import default_settings
-from scrapy.spiders import SitemapSpider
+from scrapy.spiders import CrawlSpider, Rule, SitemapSpider
 
 # Requests exactly DOWNLOAD_DELAY apart, as our limiter spaces them; newer Scrapy renamed the setting.
 NO_DELAY_JITTER = (
@@ -82,6 +87,32 @@ class IndexSpider(SitemapSpider):
         yield extract(response)
 
 
+class LinkSpider(CrawlSpider):
+    """A discovery crawl as a Scrapy user writes one: every link of the start URL's host."""
+
+    name = "links"
+
+    def __init__(self, start_url: str, **kwargs: Any) -> None:
+        # allowed_domains takes a host without its port; LinkExtractor's allow_domains compares
+        # the whole netloc, so host:port there keeps to our `host` scope (host and port).
+        parts = urlsplit(start_url)
+        self.start_url = start_url
+        self.allowed_domains = [parts.hostname or ""]
+        self.rules = (Rule(LinkExtractor(allow_domains=[parts.netloc]), callback="parse_item", follow=True),)
+        super().__init__(**kwargs)
+
+    async def start(self) -> Any:
+        # Filtered like every other request (start URLs are not, by default): a link back to
+        # the start page would otherwise fetch it a second time.
+        yield Request(self.start_url)
+
+    def parse_start_url(self, response: Response, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        yield extract(response)
+
+    def parse_item(self, response: Response) -> Iterator[dict[str, Any]]:
+        yield extract(response)
+
+
 def cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -91,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scrapy_run")
     parser.add_argument("--urls")
     parser.add_argument("--sitemap")
+    parser.add_argument("--start")
+    parser.add_argument("--max-depth", type=int, default=1)
     parser.add_argument("--out", required=True)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--per-domain", type=int, default=8)
@@ -107,9 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             "COOKIES_ENABLED": False,
             "DOWNLOAD_DELAY": args.delay,
             **NO_DELAY_JITTER,
+            # Only with --start: Scrapy's 0 means no limit.
+            **({"DEPTH_LIMIT": args.max_depth} if args.start else {}),
         }
     )
-    crawler = process.create_crawler(UrlListSpider if args.urls else IndexSpider)
+    spider = UrlListSpider if args.urls else LinkSpider if args.start else IndexSpider
+    crawler = process.create_crawler(spider)
     cpu_at_engine_start: list[float] = []
 
     def engine_started() -> None:  # a named function: Scrapy's signals hold their receivers weakly
@@ -118,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     crawler.signals.connect(engine_started, signal=signals.engine_started)
     if args.urls:
         process.crawl(crawler, urls_file=args.urls)
+    elif args.start:
+        process.crawl(crawler, start_url=args.start)
     else:
         process.crawl(crawler, sitemap_urls=[args.sitemap])
     started = time.monotonic()

@@ -25,7 +25,7 @@ from bench.measure import free_port_block
 from bench.perf import REAL_CONCURRENCY, REAL_HOSTS, REAL_WORKERS, Result, alternate, perf_site, run_pipeline
 from bench.real_corpus import CorpusUnavailable, ensure_corpus, page_paths
 from worker.warc import records
-from worker.warc.exchange import Exchange
+from worker.warc.exchange import Exchange, new_record_id
 
 CPU_GOAL = 1.10  # own CPU a page with WARC on, at most this times that with it off
 WRITER_ROUNDS = 3
@@ -53,7 +53,7 @@ def corpus_pages(root: Path, pages: int) -> list[Exchange]:
 def write_ours(exchange: Exchange, out: io.BytesIO) -> None:
     page = records.response(exchange, exchange.record_id, "2026-01-01T00:00:00.000000Z", "<urn:uuid:x>")
     request = records.request(
-        exchange, records.new_record_id(), "2026-01-01T00:00:00.000000Z", "<urn:uuid:x>", exchange.record_id
+        exchange, new_record_id(), "2026-01-01T00:00:00.000000Z", "<urn:uuid:x>", exchange.record_id
     )
     out.write(records.gzip_member(page) + records.gzip_member(request))
 

@@ -45,8 +45,11 @@ from ops.crawl_report import print_accounting, producer_line, what_stays
 from ops.crawl_workers import DEFAULT_WORKERS, worker_launches
 from ops.run_delete import delete_run
 from ops.run_watch import RunWatch
+from producer.discovery_args import DiscoveryArgs, add_discovery_arguments
+from producer.discovery_scope import DiscoveryOptions
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
+from shared.http.netguard import check_url
 from shared.postgres import db
 from shared.progress import EVERY_S, ProgressDisplay, Rate, Snapshot, live_detail, periodic_line
 from shared.redis.client import OPERATOR, connect_redis
@@ -67,6 +70,7 @@ DEMO_ENV = {
     "FETCH_ALLOWLIST": "127.0.0.0/8",  # the demo site is on loopback, which the guard refuses
 }
 POLL_S = 0.25
+DISCOVERY_QUIET_S = 2.0  # a discovery run's count unchanged this long, no links waiting: done
 EXIT_INTERRUPTED = 130  # Ctrl-C
 EXIT_TERMINATED = 143  # SIGTERM: 128 + its number, as for the producer
 
@@ -88,6 +92,8 @@ def run_crawl(
     progress_every_s: float = EVERY_S,
     live: bool | None = None,
     separate_workers: bool = False,
+    discovering: bool = False,
+    quiet_s: float = 0.0,  # a discovery run's: DISCOVERY_QUIET_S unless given
 ) -> int:
     """Run producer, `workers` workers (one pool, or as many processes with `separate_workers`)
     and the dead-letter consumer; return 0 when every URL the run has enqueued (this time and
@@ -120,10 +126,20 @@ def run_crawl(
                 )
                 for launch in launches:
                     procs.start(launch.name, "worker", *launch.args, env=env_for(launch.name, env, ports))
+                if discovering:  # follows the links workers send (producer/frontier_service.py)
+                    procs.start("frontier", "producer", "--frontier", env=env_for("frontier", env, ports))
                 producer = start_producer(run_id, producer_args, env_for("producer", env, ports), log_dir)
                 procs.adopt("producer", producer)
                 summary = wait_until_accounted(
-                    watch, producer, log_dir, procs, display, timeout_s, stop_request
+                    watch,
+                    producer,
+                    log_dir,
+                    procs,
+                    display,
+                    timeout_s,
+                    stop_request,
+                    discovering,
+                    quiet_s or DISCOVERY_QUIET_S,
                 )
                 elapsed = time.monotonic() - started
         except CrawlFailed as exc:
@@ -199,11 +215,19 @@ def wait_until_accounted(
     display: ProgressDisplay,
     timeout_s: float,
     stop_request: StopRequest | None = None,
+    discovering: bool = False,
+    quiet_s: float = 0.0,
 ) -> dict[str, Any]:
     """Supervise and show progress until the producer has finished and every URL the run has
     enqueued is accounted for; return the producer's summary. Raises KeyboardInterrupt (or
-    Terminated) once `stop_request` has noted Ctrl-C (or SIGTERM)."""
+    Terminated) once `stop_request` has noted Ctrl-C (or SIGTERM).
+
+    A discovery run's total grows while pages are stored: it is done once, besides, no links
+    wait for the frontier and the count has stayed put for `quiet_s`. (A page's links
+    are on their way between its row's commit and its ack for milliseconds: a run ended in that
+    moment is finished by the same command with the same --run-id.)"""
     deadline = time.monotonic() + timeout_s
+    quiet = Quiet(quiet_s if discovering else 0.0)
     rate = Rate()
     summary: dict[str, Any] | None = None
     snapshot: Snapshot | None = None  # the last one read
@@ -214,7 +238,8 @@ def wait_until_accounted(
         if summary is None and producer.poll() is not None:
             summary = producer_summary(producer, log_dir)
             display.note(producer_line(summary))
-        found = watch.snapshot_if_reachable(producing=summary is None)
+        # A discovery run's total grows until its end: its ETA is a lower bound (">") throughout.
+        found = watch.snapshot_if_reachable(producing=summary is None or discovering)
         if found is None:  # Redis or PostgreSQL away for now: asked again at the next poll
             unknown = f"? of ? done (waiting for {watch.unreachable})"
             display.show(snapshot.done if snapshot else 0, None, unknown, unknown)
@@ -224,12 +249,33 @@ def wait_until_accounted(
             display.show(
                 snapshot.done, snapshot.total, live_detail(snapshot, per_s), periodic_line(snapshot, per_s)
             )
-            if summary is not None and snapshot.done >= snapshot.total:
+            all_done = summary is not None and snapshot.done >= snapshot.total
+            if all_done and discovering and watch.links_waiting() != 0:
+                all_done = False
+            if quiet.held(all_done, (snapshot.done, snapshot.total)) and summary is not None:
                 return summary
         if time.monotonic() > deadline:
             done = f"{snapshot.done} of {snapshot.total}" if snapshot else "an unknown number of the"
             raise CrawlFailed(f"timed out with {done} URLs accounted for")
         time.sleep(POLL_S)
+
+
+class Quiet:
+    """True once a condition has held, with the same figures, for `hold_s` (at once for 0)."""
+
+    def __init__(self, hold_s: float) -> None:
+        self._hold_s = hold_s
+        self._since: float | None = None
+        self._figures: object = None
+
+    def held(self, condition: bool, figures: object) -> bool:
+        if not condition:
+            self._since = None
+            return False
+        now = time.monotonic()
+        if self._since is None or figures != self._figures:
+            self._since, self._figures = now, figures
+        return now - self._since >= self._hold_s
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -275,6 +321,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the crawl")
     parser.add_argument("--log-dir", default="var/log", help="where the processes' logs go")
+    add_discovery_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -286,8 +333,20 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env(env)
     configure_logging(settings.log_level, "crawl", settings.log_format)
     producer_args = producer_arguments(args)
-    if not (args.sitemap or args.site or args.urls) and not args.demo:
-        raise ConfigError("nothing to crawl: give --sitemap, --site, --urls or --demo")
+    discovery = DiscoveryArgs.from_namespace(args)
+    if not (args.sitemap or args.site or args.urls or discovery.start_urls) and not args.demo:
+        raise ConfigError("nothing to crawl: give --sitemap, --site, --urls, --start or --demo")
+    # Checked here too, so that a mistake is one line before any process starts.
+    DiscoveryOptions.checked(
+        discovery.start_urls,
+        discovery.max_depth,
+        discovery.scope,
+        discovery.include,
+        discovery.exclude,
+        discovery.max_pages,
+        discovery.max_pages_per_host,
+        check_address=check_url(settings),
+    )
     if args.workers < 1:
         raise ConfigError("--workers: must be at least 1")
     if args.progress_every <= 0:
@@ -310,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout,
             progress_every_s=args.progress_every,
             separate_workers=args.separate_workers,
+            discovering=discovery.discovers,
         )
 
 
@@ -358,6 +418,7 @@ def producer_arguments(args: argparse.Namespace) -> list[str]:
         *_repeat("--site", args.site),
         *_repeat("--urls", args.urls),
         *(["--recrawl-of", args.recrawl_of] if args.recrawl_of else []),
+        *(discovery.as_flags() if (discovery := DiscoveryArgs.from_namespace(args)).discovers else []),
     ]
 
 

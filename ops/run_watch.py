@@ -24,7 +24,7 @@ import redis
 from ops.accounting import Tally
 from ops.crawl_processes import CrawlFailed
 from shared.amqp import broker
-from shared.amqp.topology import build_topology
+from shared.amqp.topology import build_topology, discovery_queue
 from shared.errors import ServiceUnavailable, one_line
 from shared.message_bounds import TASK_KINDS
 from shared.progress import Snapshot
@@ -109,6 +109,21 @@ class RunWatch:
             finally:
                 channel.close()
         except Exception:  # only progress figures: a missing one is shown as "?"
+            self._forget_connection()
+            return None
+
+    def links_waiting(self) -> int | None:
+        """Ready messages in the discovery queue (links of stored pages, for the frontier); None
+        when the broker cannot be asked right now."""
+        try:
+            if self._connection is None or not self._connection.is_open:
+                self._connection = broker.connect(self._settings, "crawl progress")
+            channel = self._connection.channel()
+            try:
+                return broker.queue_depth(channel, discovery_queue(self._settings.crawl_namespace))[0]
+            finally:
+                channel.close()
+        except Exception:  # the crawl asks again at its next poll
             self._forget_connection()
             return None
 

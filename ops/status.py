@@ -44,6 +44,7 @@ from shared.amqp import broker
 from shared.amqp.topology import (
     CONTROL,
     DEAD,
+    DISCOVERY,
     PARKED,
     build_topology,
     dead_letter_queue,
@@ -74,7 +75,7 @@ KNOWN_PREFIXES = ("crawl", "demo")
 # Without the management API, retry queues are found by name: those of the settings, of the
 # default RETRY_DELAYS_S and of `make demo` (ops/crawl.py), whichever exist.
 KNOWN_RETRY_DELAYS_S = (0.5, 1.0, 5.0, 30.0)
-ROLE_ORDER = ("work", DEAD, PARKED, CONTROL, "retry", "defer", "held")
+ROLE_ORDER = ("work", DISCOVERY, DEAD, PARKED, CONTROL, "retry", "defer", "held")
 _DELAY_MS = re.compile(r"\.([0-9]+)ms$")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 

@@ -9,7 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from producer.discovery_args import DiscoveryArgs, add_discovery_arguments
 from producer.final_scrape import ScrapeWatch, linger_until_scraped
+from producer.frontier_service import serve as serve_frontier
 from producer.seeding import mark_seeded, seeded_summary
 from producer.serve import serve
 from producer.service import Options, new_run_id, run
@@ -100,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run as a service: seed each crawl request put in the control queue by "
         "python -m ops.submit or the dashboard, acking it once its run is seeded (no other option)",
     )
+    parser.add_argument(
+        "--frontier",
+        action="store_true",
+        help="run the frontier of discovery runs instead: follow the links workers send, until "
+        "SIGTERM (python -m ops.crawl starts it)",
+    )
+    add_discovery_arguments(parser)
     return parser
 
 
@@ -117,6 +126,8 @@ def options_from(args: argparse.Namespace) -> Options:
         recrawl_of=args.recrawl_of,
         once=args.once,
         strict=args.strict,
+        discovery=DiscoveryArgs.from_namespace(args),
+        frontier=args.frontier,
     )
 
 
@@ -129,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = options_from(args)
     settings = Settings.from_env()
     configure_logging(settings.log_level, "producer", settings.log_format)
+    if options.frontier:
+        return serve_frontier(settings)
     if options.once and (earlier := seeded_summary(settings, options.run_id)) is not None:
         log.info("run %s was seeded at %s: nothing to do", options.run_id, earlier.get("seeded_at"))
         print(json.dumps({**earlier, "already_seeded": True}), flush=True)

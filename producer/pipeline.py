@@ -84,8 +84,10 @@ class Pipeline:
         should_stop: Callable[[], bool] = lambda: False,
         patience_s: float = RECONNECT_PATIENCE_S,
         previous_run: PreviousFetches | None = None,
+        depth: int | None = None,  # of every URL, in a discovery run (producer/discovery_scope.py)
     ) -> None:
         self.run_id = run_id
+        self._depth = depth
         self.counts = Counts()
         self._batch_size = batch_size
         self._tasks = TaskMessages(namespace, router)
@@ -260,7 +262,7 @@ class Pipeline:
     def _submit(self, batch: list[Candidate], token: bytes, duplicates: int, taken: list[bool]) -> None:
         now = self._clock()
         recrawl_of = self._previous_run.run_id if self._previous_run is not None else None
-        bodies = TaskBodies(self.run_id, now, recrawl_of)
+        bodies = TaskBodies(self.run_id, now, recrawl_of, self._depth)
         queues, publications = self._tasks.for_batch(batch, bodies, now)
         outcomes = self._patience.call("publishing", lambda: self._publisher.submit(publications))
         self._in_flight.add(

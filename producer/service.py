@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producer.dedup import Claim, Dedup
+from producer.discovery_args import DiscoveryArgs
+from producer.discovery_scope import DiscoveryOptions
 from producer.fetch import Fetch, HttpFetcher
+from producer.frontier_redis import keep_options
 from producer.liveness import Heartbeat
 from producer.pipeline import Pipeline
 from producer.pipeline_types import Counts
@@ -20,13 +23,14 @@ from producer.progress import showing_progress
 from producer.publisher import ConfirmingPublisher
 from producer.recrawl import PreviousRun
 from producer.routing import load_router
-from producer.sitemaps import SitemapReader
+from producer.sitemaps import SitemapEntry, SitemapReader
 from producer.sources import all_entries, check_url_files
 from producer.spread import spread_hosts
 from shared.amqp import broker
 from shared.amqp.topology import build_topology
 from shared.crawl_request import new_run_id as new_run_id  # where producer callers found it
 from shared.errors import ConfigError
+from shared.http.netguard import check_url
 from shared.http.proxies import ProxyPool
 from shared.message_bounds import RUN_ID_PATTERN
 from shared.redis.client import PRODUCER, connect_redis
@@ -55,6 +59,10 @@ class Options:
     recrawl_of: str = ""  # an earlier run: publish only what changed since (producer/recrawl.py)
     once: bool = False  # a run seeded to the end before is not read again (producer/seeding.py)
     strict: bool = False  # any failed sitemap makes the exit code 3 (exit_code() in producer/__main__.py)
+    discovery: DiscoveryArgs = field(
+        default_factory=DiscoveryArgs
+    )  # start URLs, depth, scope, budgets (discovery_scope.py)
+    frontier: bool = False  # run the frontier service instead (producer/frontier_service.py)
 
 
 def check_options(options: Options) -> None:
@@ -66,8 +74,10 @@ def check_options(options: Options) -> None:
         raise ConfigError(
             f"--recrawl-of: use up to 64 letters, digits, '.', '-' or '_', got {options.recrawl_of[:80]!r}"
         )
-    if not (options.sitemaps or options.sites or options.url_files or options.urls):
-        raise ConfigError("nothing to read: give at least one --sitemap, --site or --urls")
+    if not (
+        options.sitemaps or options.sites or options.url_files or options.urls or options.discovery.start_urls
+    ):
+        raise ConfigError("nothing to read: give at least one --sitemap, --site, --urls or --start")
     for flag, urls in (("--sitemap", options.sitemaps), ("--site", options.sites), ("url", options.urls)):
         for url in urls:
             try:
@@ -88,6 +98,7 @@ def run(
     `stop` (or SIGTERM, SIGINT on the main thread) ends the run early, settled, as a signal does."""
     started = time.monotonic()
     check_options(options)
+    discovery = checked_discovery(settings, options)
     router = load_router(options.routing_file or settings.routing_file)
 
     connection = broker.connect(settings, "producer-setup")
@@ -105,6 +116,9 @@ def run(
     reader = SitemapReader(fetch or fetcher, settings.max_sitemap_depth, settings.max_sitemap_bytes)
     dedup = Dedup(client, Keys(settings.redis_prefix), options.run_id)
     try:
+        if discovery is not None:  # before any URL of the run: the frontier reads them
+            with translate_redis_errors(settings.redis_url):
+                keep_options(client, Keys(settings.redis_prefix), options.run_id, discovery)
         with (
             translate_redis_errors(settings.redis_url),
             Heartbeat(dedup),
@@ -122,6 +136,7 @@ def run(
                 sleep=stop.wait,  # a stop request cuts a pause short
                 should_stop=stop.is_set,
                 previous_run=previous_run,
+                depth=0 if discovery is not None else None,
             )
             with (
                 stop_on_sigterm(stop, stop_signals),
@@ -130,6 +145,8 @@ def run(
                 entries = all_entries(
                     reader, options.sitemaps, options.sites, options.url_files, options.urls
                 )
+                if discovery is not None:
+                    entries = _after_start_urls(discovery, entries)
                 counts = pipeline.run(spread_hosts(entries, settings.host_spread_window))
         if counts.stopped_early:
             log.warning(
@@ -146,6 +163,28 @@ def run(
     result["interrupted"] = bool(stop_signals)
     result["stop_signal"] = signal.Signals(stop_signals[0]).name if stop_signals else None
     return result
+
+
+def checked_discovery(settings: Settings, options: Options) -> DiscoveryOptions | None:
+    """The run's discovery options, checked before anything is queued; None when it follows no links."""
+    given = options.discovery
+    return DiscoveryOptions.checked(
+        given.start_urls,
+        given.max_depth,
+        given.scope,
+        given.include,
+        given.exclude,
+        given.max_pages,
+        given.max_pages_per_host,
+        other_roots=(*options.sitemaps, *options.sites),
+        check_address=check_url(settings),
+    )
+
+
+def _after_start_urls(discovery: DiscoveryOptions, entries: Iterator[SitemapEntry]) -> Iterator[SitemapEntry]:
+    for url in discovery.start_urls:
+        yield SitemapEntry(url=url, source="start")
+    yield from entries
 
 
 class DedupOverRedis:

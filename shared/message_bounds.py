@@ -44,13 +44,23 @@ MAX_REASON_CHARS = 64
 MAX_ERROR_CHARS = 2000
 MAX_NAME_CHARS = 255  # queue names, worker ids
 
-TaskFields = tuple[str, str, str, int, str | None, str | None, float | None, str, float, str | None]
+TaskFields = tuple[
+    str, str, str, int, str | None, str | None, float | None, str, float, str | None, int | None
+]
+MAX_TASK_DEPTH = 1_000  # of a discovered URL: far past any useful depth
 
 
 def task_fields(data: dict[str, Any]) -> TaskFields:
     """The fields of a task, in CrawlTask's order, each checked for type and bounds."""
     # Checked one by one with plain type() tests: this runs for every page a worker handles.
-    return _addressing_fields(data) + _descriptive_fields(data)
+    return (*_addressing_fields(data), *_descriptive_fields(data), _depth(data))
+
+
+def _depth(data: dict[str, Any]) -> int | None:
+    depth = data.get("depth")
+    if depth is not None and (type(depth) is not int or not 0 <= depth <= MAX_TASK_DEPTH):
+        raise InvalidMessage(f"field 'depth': expected null or 0 to {MAX_TASK_DEPTH}, got {shape(depth)}")
+    return depth
 
 
 def _addressing_fields(data: dict[str, Any]) -> tuple[str, str, str, int]:

@@ -60,10 +60,11 @@ class CrawlTask:
     source: str = ""  # the sitemap or file it came from
     enqueued_at: float = field(default_factory=time.time)
     recrawl_of: str | None = None  # the earlier run this recrawl compares its pages with
+    depth: int | None = None  # links followed from a start or sitemap URL (0); None: no discovery
 
     def encode(self) -> bytes:
         """Compact JSON of the fields in declaration order, as json.dumps of asdict() gives it."""
-        return TaskBodies(self.run_id, self.enqueued_at, self.recrawl_of).body(
+        return TaskBodies(self.run_id, self.enqueued_at, self.recrawl_of, self.depth).body(
             self.url,
             self.queue,
             self.priority,
@@ -103,12 +104,18 @@ class TaskBodies:
     spells unlike Python (NaN, true) and values of other types take json's own way.
     """
 
-    def __init__(self, run_id: str, enqueued_at: float, recrawl_of: str | None) -> None:
+    def __init__(
+        self, run_id: str, enqueued_at: float, recrawl_of: str | None, depth: int | None = None
+    ) -> None:
         self._run_id, self._enqueued_at, self._recrawl_of = run_id, enqueued_at, recrawl_of
-        self._plain = _plain(enqueued_at)
+        self._depth = depth
+        self._plain = _plain(enqueued_at) and _plain(depth)
         try:
             self._run_id_json = _text(run_id)
-            self._tail = f',"enqueued_at":{_number(enqueued_at)},"recrawl_of":{_text(recrawl_of)}}}'
+            self._tail = (
+                f',"enqueued_at":{_number(enqueued_at)},"recrawl_of":{_text(recrawl_of)}'
+                f',"depth":{_number(depth)}}}'
+            )
         except TypeError:  # a text field holding something else
             self._plain = False
         self._source: str | None = None  # the last source spelt, and its spelling: a sitemap
@@ -147,6 +154,7 @@ class TaskBodies:
             "source": source,
             "enqueued_at": self._enqueued_at,
             "recrawl_of": self._recrawl_of,
+            "depth": self._depth,
         }
         return _COMPACT_JSON.encode(fields).encode()
 

@@ -41,6 +41,7 @@ from shared.settings import Settings
 from shared.try_later import TryLater
 from shared.urls import domain_of
 from worker.fetch.response import Response
+from worker.handling.discovered_links import after_storing
 from worker.handling.forwards import dead_letter, defer, hold_paused, retry, to_render
 from worker.handling.log import log
 from worker.handling.ports import (
@@ -256,7 +257,11 @@ class CrawlHandler:
             row = dataclasses.replace(
                 row, warc_filename=at.filename, warc_offset=at.offset, warc_length=at.length
             )
-        return self.rows.store_later(handling.delivery.body, task, row, response, progress, self.handled)
+        # Discovery: the page's links go out with its ack (worker/handling/discovered_links.py).
+        then = after_storing(self.topology, task, page, response)
+        return self.rows.store_later(
+            handling.delivery.body, task, row, response, progress, self.handled, then
+        )
 
     def _skip(
         self, handling: Handling, task: CrawlTask, reason: str, detail: str, progress: Progress

@@ -8,6 +8,7 @@
     worker (3rd failure) ─────────────────────────────▶ <ns>.dlx (fanout) ──▶ <ns>.dead ──▶ dlq_consumer
                                                                     │ (recording failed)
                                                         <ns>.parked (fanout) ──▶ <ns>.parked
+    worker (page stored, discovery run) ──links──▶ <ns>.discover (direct) ──▶ <ns>.discovery ──▶ frontier
 
     producer / worker ──new.render──▶ <ns>.work ──*.render──▶ <ns>.render ──▶ renderer
 
@@ -74,6 +75,18 @@ def dead_letter_exchange(ns: str) -> str:
     return f"{ns}.dlx"
 
 
+def discovery_exchange(ns: str) -> str:
+    return f"{ns}.discover"
+
+
+def discovery_queue(ns: str) -> str:
+    """One message a stored page of a discovery run: its links, for the frontier (producer/frontier.py)."""
+    return f"{ns}.{DISCOVERY}"
+
+
+LINKS_ROUTING_KEY = "links"
+
+
 def work_queue(ns: str, kind: str) -> str:
     return f"{ns}.{kind}"
 
@@ -113,21 +126,22 @@ def defer_queue(ns: str, delay_ms: int) -> str:
 
 # The role of each queue name (queue_role), as status shows it.
 WORK, RETRY, DEFER, DEAD, PARKED, HELD = "work", "retry", "defer", "dead", "parked", "held"
+DISCOVERY = "discovery"  # the links of stored pages, for the frontier
 CONTROL = "control"
 _DELAY_NAME = re.compile(r"(retry|defer)\.([0-9]+)ms")
 
 
 def queue_role(ns: str, name: str) -> str | None:
-    """work | retry | defer | dead | parked | held | control for a queue of namespace `ns`;
-    None for any other name, a queue of a longer namespace (`<ns>.x.bulk`) included. `held`: a
-    paused run's hold queue, `<ns>.held.<run>` (shared/redis/runstate.py); `control`: the crawl
-    requests waiting for the producer service."""
+    """work | retry | defer | dead | parked | held | control | discovery for a queue of namespace
+    `ns`; None for any other name, a queue of a longer namespace (`<ns>.x.bulk`) included.
+    `held`: a paused run's hold queue, `<ns>.held.<run>` (shared/redis/runstate.py); `control`:
+    the crawl requests waiting for the producer service; `discovery`: the links of stored pages."""
     if not name.startswith(f"{ns}."):
         return None
     rest = name[len(ns) + 1 :]
     if rest in QUEUE_KINDS or rest == RENDER_KIND:
         return WORK
-    if rest in (DEAD, PARKED):
+    if rest in (DEAD, PARKED, DISCOVERY):
         return rest
     if rest == "control.runs":
         return CONTROL
@@ -237,6 +251,9 @@ def build_topology(settings: Settings) -> Topology:
             ((dlx, ""),),
         ),
         Queue(parked_queue(ns), replicated({}), ((parked_exchange(ns), ""),)),
+        # No dead-letter exchange: a links message the frontier cannot read is no URL of the
+        # run yet, and the dead-letter consumer records tasks.
+        Queue(discovery_queue(ns), replicated({}), ((discovery_exchange(ns), LINKS_ROUTING_KEY),)),
         # Published to through the default exchange, by name. A request the producer service
         # refuses (it does not decode) is kept in the parked queue for an operator.
         Queue(control_queue(ns), replicated({"x-dead-letter-exchange": parked_exchange(ns)})),
@@ -244,7 +261,8 @@ def build_topology(settings: Settings) -> Topology:
     if settings.queue_type == "quorum":
         queues = [
             q
-            if "x-max-priority" in q.arguments or q.name in (dead_letter_queue(ns), parked_queue(ns))
+            if "x-max-priority" in q.arguments
+            or q.name in (dead_letter_queue(ns), parked_queue(ns), discovery_queue(ns))
             else Queue(q.name, {**q.arguments, "x-delivery-limit": QUORUM_DELIVERY_LIMIT}, q.bindings)
             for q in queues
         ]
@@ -272,6 +290,7 @@ def build_topology(settings: Settings) -> Topology:
             Exchange(defer_exchange(ns), "topic"),
             Exchange(dlx, "fanout"),
             Exchange(parked_exchange(ns), "fanout"),
+            Exchange(discovery_exchange(ns), "direct"),
             # Where workers move a paused run's messages (shared/redis/runstate.py). Declared by every
             # service, so a publish to it never finds it missing (a 404 would close the channel);
             # the run's queue is bound to it only while the run is paused.

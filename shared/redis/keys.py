@@ -9,6 +9,8 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:run:{<run>:<bb>}:producer:<owner>  the same, one per bucket group, on a Redis Cluster
     crawl:run:<run>:state            string paused | cancelled (ops/runs.py); absent: running
     crawl:run:<run>:seeded           string the summary of the run's completed seeding (producer --once)
+    crawl:run:<run>:discovery        string a discovery run's start URLs, depth, scope and budgets
+    crawl:run:<run>:discovered-hosts hash   URLs the frontier has enqueued, per host (--max-pages-per-host)
     crawl:rate:{<domain>}            string GCRA theoretical arrival time of a domain (expires)
     crawl:cache:<fingerprint>        string cached response (expires after CACHE_TTL_S)
     crawl:sent:{<domain>}            string server time of the domain's latest request, µs (expires):
@@ -53,6 +55,12 @@ class Keys:
 
     def run_seeded(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:seeded"
+
+    def run_discovery(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:discovery"
+
+    def run_discovered_hosts(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:discovered-hosts"
 
     def run_stats_pattern(self) -> str:
         return f"{self.prefix}:run:*:stats"

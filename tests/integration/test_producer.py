@@ -270,7 +270,7 @@ def test_unreachable_broker_is_one_line_on_stderr() -> None:
 def test_no_inputs_is_a_usage_error() -> None:
     done = run_producer_process()
     assert done.returncode == 2
-    assert "give at least one --sitemap, --site or --urls" in done.stderr
+    assert "give at least one --sitemap, --site, --urls or --start" in done.stderr
 
 
 def test_closed_publisher_leaves_no_thread_behind(settings: Settings) -> None:

@@ -53,6 +53,7 @@ def test_without_the_api_every_queue_has_its_own_role(settings: Settings) -> Non
         f"{ns}.ttl": ("work", True),
         f"{ns}.bulk": ("work", True),
         f"{ns}.render": ("work", True),
+        f"{ns}.discovery": ("discovery", True),
         f"{ns}.dead": ("dead", True),
         f"{ns}.parked": ("parked", True),
         f"{ns}.control.runs": ("control", True),

@@ -262,3 +262,24 @@ def test_a_page_rendered_by_a_browser_is_a_resource_record_of_its_dom(tmp_path: 
     kind, headers, content = found[at.offset]
     assert kind == "resource" and content == HTML and headers["WARC-Payload-Digest"] == sha1_digest(HTML)
     assert headers["Content-Type"] == "text/html; charset=utf-8"
+
+
+def test_a_write_error_other_than_a_full_disk_gives_the_message_back_not_to_the_dead(tmp_path: Path) -> None:
+    failing = [False]
+
+    def write(fd: int, data: memoryview) -> int:
+        if failing[0]:
+            raise OSError(5, "Input/output error")
+        return os.write(fd, data)
+
+    series = FileSeries(str(tmp_path), "crawl", "host-1-0", 10**7, [("software", "test")], write=write)
+    archive = Archive(series)
+    at = archive.record(fetched(exchange()))
+    failing[0] = True
+    with pytest.raises(ServiceUnavailable, match="Input/output error"):
+        archive.record(fetched(exchange("http://site.test/b")))
+    failing[0] = False
+    archive.close()
+    path = tmp_path / at.filename
+    with open(path, "rb") as file:
+        assert whole_length(file) == path.stat().st_size

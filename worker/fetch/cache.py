@@ -118,6 +118,7 @@ class ResponseCache:
             "ct": response.content_type,
             "etag": response.etag,
             "lm": response.last_modified,
+            "xrt": response.robots_tag,
             "at": self._clock(),
         }
         archived = _archived(response)
@@ -162,6 +163,7 @@ class ResponseCache:
                 body=body,
                 etag=_optional_str(header.get("etag")),
                 last_modified=_optional_str(header.get("lm")),
+                robots_tag=_optional_str(header.get("xrt")),
                 from_cache=True,
                 archived=_archived_from(header.get("warc")),
             )

@@ -292,6 +292,7 @@ class Fetcher:
                         body=body,
                         etag=response.headers.get("ETag"),
                         last_modified=response.headers.get("Last-Modified"),
+                        robots_tag=response.headers.get("X-Robots-Tag"),
                         fetch_ms=round((time.monotonic() - started) * 1000),
                         not_modified=verdict is Verdict.NOT_MODIFIED,
                         exchange=exchange_of(current, response, raw, sent_at) if keep_raw else None,

@@ -22,6 +22,7 @@ class Response:
     from_cache: bool = False  # the body came from the cache (fresh, or revalidated by a 304)
     not_modified: bool = False  # a 304 answered our conditional request
     proxy: str | None = None  # the proxy it came through, without credentials
+    robots_tag: str | None = None  # the X-Robots-Tag header: a discovery run follows no links on "nofollow"
     # With WARC_DIR set: the exchange as it went over the wire (raw body), for its WARC records,
     # and for a body from the cache, the response record it was first archived as.
     exchange: Exchange | None = None

@@ -96,6 +96,7 @@ class StoredRows:
         response: Response,
         progress: Progress,
         handled: Handled | None,
+        then: Outcome | None = None,
     ) -> Outcome:
         """Hand the row to the store and go on: the message is acked once its row is committed.
         The store keeps the row through a short database outage, so the page is not fetched
@@ -115,10 +116,13 @@ class StoredRows:
                 return
             # Settled first: the row is committed, and a mark or a log line that fails must
             # not leave the message unacked for good.
-            settled.set_result(Outcome.done())
+            settled.set_result(then or Outcome.done())  # `then`: the page's links, in a discovery run
             metrics.PAGES_STORED.labels(task.queue).inc()
             try:
-                if handled is not None:
+                # Not marked while its links are still to be confirmed: a mark that landed first
+                # would make a redelivery after a crash skip the page, and its links with it. A
+                # second copy is then fetched and stored again (one row all the same).
+                if handled is not None and (then is None or not then.publications):
                     handled.mark_later(task)
                 log.info(
                     "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",

@@ -56,6 +56,8 @@ class LxmlScan:
     h1: str | None = None
     hrefs: list[str] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
+    nofollow_hrefs: list[str] = field(default_factory=list)  # of <a rel="nofollow">, also in hrefs
+    robots_nofollow: bool = False  # a <meta name="robots"> says nofollow (or none)
     _seen: set[str] = field(default_factory=set)
 
 
@@ -131,6 +133,11 @@ def _read(scan: LxmlScan, tag: etree._Element, name: str, in_svg: bool) -> None:
         href = _attr(tag, "href")
         if href:
             scan.hrefs.append(href)
+            if says_nofollow(_attr(tag, "rel")):
+                scan.nofollow_hrefs.append(href)
+        return
+    if name == "meta" and (_attr(tag, "name") or "").lower() == "robots":
+        scan.robots_nofollow = scan.robots_nofollow or robots_says_nofollow(_attr(tag, "content"))
         return
     if name in scan._seen or (name == "title" and in_svg):
         return
@@ -177,6 +184,18 @@ def _collect(element: etree._Element, plain: bool, found: list[str]) -> None:
             _collect(child, plain and child.tag not in _CONTAINERS, found)
         if plain and child.tail:
             found.append(child.tail)
+
+
+def says_nofollow(rel: str | None) -> bool:
+    return rel is not None and "nofollow" in rel.lower().split()
+
+
+def robots_says_nofollow(directives: str | None) -> bool:
+    """A meta robots content or an X-Robots-Tag value that forbids following links."""
+    if not directives:
+        return False
+    words = {word.strip() for word in directives.lower().replace(":", ",").split(",")}
+    return "nofollow" in words or "none" in words
 
 
 def _attr(tag: etree._Element, name: str) -> str | None:

@@ -11,6 +11,7 @@ PermanentError('parse_limit'), and costs no more than that budget (docs/SECURITY
 from __future__ import annotations
 
 import codecs
+import collections
 import re
 from dataclasses import dataclass
 from urllib.parse import urldefrag, urljoin, urlsplit
@@ -21,7 +22,7 @@ from bs4.element import CData, NavigableString
 from shared.errors import PermanentError
 from shared.settings import Settings
 from worker.parse.budget import ParseBudget, ParseLimitExceeded
-from worker.parse.fast_fields import scan_lxml
+from worker.parse.fast_fields import LxmlScan, robots_says_nofollow, says_nofollow, scan_lxml
 from worker.parse.fast_links import RelativeLinks, relative_key, split_base
 from worker.parse.html_builder import take_apart
 from worker.parse.markup_scan import MarkupScan
@@ -60,6 +61,9 @@ class ParsedPage:
     h1: str | None  # text of the first <h1>
     text: str  # visible text, whitespace collapsed, capped
     links: tuple[str, ...]  # absolute http(s) URLs without fragments, first occurrence order
+    # The links a discovery run may follow: not rel="nofollow" (unless another link to the same
+    # URL is not), none when a <meta name="robots"> says nofollow.
+    follow: tuple[str, ...] = ()
 
 
 def decode_html(body: bytes, content_type: str | None = None) -> str:
@@ -157,6 +161,7 @@ def _parse(
     MarkupScan(budget).scan_text(html)  # refuse a page that cannot fit before building anything
     scan = (fast and scan_lxml(html, budget)) or _soup_scan(html, budget, private_api)
     base = (_absolute_http(base_url, scan.base_href) if scan.base_href else None) or base_url
+    links = _links(scan.hrefs, base, max_links)
     return ParsedPage(
         base_url=base,
         title=scan.title,
@@ -165,8 +170,23 @@ def _parse(
         lang=scan.lang,
         h1=scan.h1 or None,
         text=" ".join(" ".join(scan.text).split())[:max_text_chars],
-        links=_links(scan.hrefs, base, max_links),
+        links=links,
+        follow=_followed(scan, links, base, max_links),
     )
+
+
+def _followed(scan: _Scan | LxmlScan, links: tuple[str, ...], base: str, max_links: int) -> tuple[str, ...]:
+    """The page's links less those only rel="nofollow" links reach: most pages have none, and
+    then it is the page's links as they are."""
+    if scan.robots_nofollow:
+        return ()
+    if not scan.nofollow_hrefs:
+        return links
+    # An href that some link without nofollow has too is followed.
+    plain = collections.Counter(scan.hrefs)
+    plain.subtract(scan.nofollow_hrefs)
+    reached = set(_links([href for href, n in plain.items() if n > 0], base, max_links))
+    return tuple(url for url in links if url in reached)
 
 
 def _soup_scan(html: str, budget: ParseBudget, private_api: bool = True) -> _Scan:
@@ -196,6 +216,8 @@ class _Scan:
         self.h1: str | None = None
         self.hrefs: list[str] = []
         self.text: list[str] = []  # visible strings of the text root, in document order
+        self.nofollow_hrefs: list[str] = []  # of <a rel="nofollow">, also in hrefs
+        self.robots_nofollow = False  # a <meta name="robots"> says nofollow (or none)
         self._seen: set[str] = set()  # fields that take their first occurrence only
 
     def walk(self, soup: BeautifulSoup, text_root: Tag) -> None:
@@ -221,6 +243,11 @@ class _Scan:
             href = _attr(tag, "href")
             if href:
                 self.hrefs.append(href)
+                if says_nofollow(_attr(tag, "rel")):
+                    self.nofollow_hrefs.append(href)
+            return
+        if name == "meta" and (_attr(tag, "name") or "").lower() == "robots":
+            self.robots_nofollow = self.robots_nofollow or robots_says_nofollow(_attr(tag, "content"))
             return
         # An SVG <title> is a tooltip of a drawing, not the page's title.
         if name in self._seen or (name == "title" and in_svg):

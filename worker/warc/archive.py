@@ -37,7 +37,7 @@ from typing import Protocol
 from shared.errors import ConfigError, ServiceUnavailable
 from shared.settings import Settings
 from worker.warc import records
-from worker.warc.exchange import ArchivedAs, Exchange, WarcLocation, sha1_digest
+from worker.warc.exchange import ArchivedAs, Exchange, WarcLocation, new_record_id, sha1_digest, warc_date
 from worker.warc.files import DiskFull, FileSeries, repair_orphans
 
 log = logging.getLogger(__name__)
@@ -134,22 +134,24 @@ class Archive:
     def record(self, response: Response) -> WarcLocation:
         """Write the page's records; return where its response or revisit record is."""
         exchange = response.exchange
-        date = records.warc_date(exchange.started_at if exchange is not None else self._clock())
+        date = warc_date(exchange.started_at if exchange is not None else self._clock())
         # A fetched page's response record has the id its cache entry already names.
         fetched = exchange is not None and not response.not_modified
-        page_id = exchange.record_id if fetched and exchange is not None else records.new_record_id()
+        page_id = exchange.record_id if fetched and exchange is not None else new_record_id()
         with self._lock:  # one writer at a time; each record names its own file's warcinfo
             while True:
                 try:
                     return self._write(response, page_id, date)
                 except DiskFull as full:
                     self._wait_for_room(full)
+                except OSError as exc:  # not the page's fault: it goes back to its queue, not to the dead
+                    raise ServiceUnavailable("WARC_DIR", self.directory, exc.strerror or str(exc)) from None
 
     def _write(self, response: Response, page_id: str, date: str) -> WarcLocation:
         # The page's record and its request go in one write: in one file, together or not at all.
         page, members = self._members(response, page_id, date, self._series.ready())
         if self._series.would_overflow(len(members)):
-            self._series.rotate()
+            self._rotate()
             page, members = self._members(response, page_id, date, self._series.ready())
         name, offset = self._series.append(members)
         if self.problem is not None:
@@ -163,7 +165,7 @@ class Archive:
         page = records.gzip_member(self._page_record(response, page_id, date, warcinfo_id))
         if response.exchange is None:
             return page, page
-        request = records.request(response.exchange, records.new_record_id(), date, warcinfo_id, page_id)
+        request = records.request(response.exchange, new_record_id(), date, warcinfo_id, page_id)
         return page, page + records.gzip_member(request)
 
     def _page_record(self, response: Response, page_id: str, date: str, warcinfo_id: str) -> bytes:
@@ -209,8 +211,25 @@ class Archive:
         finally:
             os.close(fd)
 
+    def _rotate(self) -> None:
+        """Close the full file. Its fsync failing is a sync failing: rows may wait on its records."""
+        try:
+            self._series.rotate()
+        except OSError as exc:
+            log.critical(
+                "closing a WARC file in %s failed (%s): stopping this worker now", self.directory, exc
+            )
+            self._on_lost_writes()
+            raise ServiceUnavailable("WARC_DIR", self.directory, f"close failed: {exc.strerror}") from None
+
     def close(self) -> None:
-        """Close the file being written (a clean stop): it loses its `.open`."""
+        """Close the file being written (a clean stop): it loses its `.open`. Every row is stored
+        by now; a file that cannot be closed stays `.open`, for the next start to repair."""
         self._stopping.set()
         with self._lock:
-            self._series.rotate()
+            try:
+                self._series.rotate()
+            except OSError as exc:
+                log.error(
+                    "could not close the WARC file in %s (%s): the next start repairs it", self.directory, exc
+                )

@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 from shared.errors import PipelineError
 from worker.warc import records
+from worker.warc.exchange import new_record_id, warc_date
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +164,8 @@ class FileSeries:
                 if exc.errno in DISK_FULL:  # no inode, or no block for the directory entry
                     raise DiskFull(self.directory, exc.strerror or str(exc)) from None
                 raise
-        self.warcinfo_id = records.new_record_id()
-        info = records.warcinfo(self.warcinfo_id, records.warc_date(opened_at), name, self._info)
+        self.warcinfo_id = new_record_id()
+        info = records.warcinfo(self.warcinfo_id, warc_date(opened_at), name, self._info)
         try:
             opened.append(records.gzip_member(info))
         except (OSError, DiskFull):

@@ -15,8 +15,6 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from worker.warc.exchange import ArchivedAs, Exchange, sha1_digest
-from worker.warc.exchange import new_record_id as new_record_id
-from worker.warc.exchange import warc_date as warc_date
 
 WARC_VERSION = b"WARC/1.1"
 REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"

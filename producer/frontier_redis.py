@@ -1,0 +1,74 @@
+"""The frontier's reads and counts in Redis (producer/frontier.py's FrontierState), and where a
+discovery run's options are kept for it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import redis
+
+from producer.dedup import split_fingerprint
+from producer.discovery_scope import DiscoveryOptions
+from shared.redis.keys import Keys
+from shared.redis.runstate import CANCELLED, read_state, recorded_enqueued
+
+# A run's options do not change once it is seeded; read again this often all the same, so that a
+# frontier started before the producer wrote them sees them soon.
+OPTIONS_FRESH_S = 5.0
+STATE_FRESH_S = 1.0  # a cancel is seen this soon
+_SEEN_STATES = (b"c", b"h")  # confirmed or handled; a claim is the pipeline's to judge
+
+
+def keep_options(client: redis.Redis, keys: Keys, run_id: str, options: DiscoveryOptions) -> None:
+    """Written by the producer before it publishes anything of the run."""
+    client.set(keys.run_discovery(run_id), options.encode())
+
+
+class RedisFrontierState:
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self._client = client
+        self._keys = keys
+        self._options: dict[str, tuple[float, DiscoveryOptions | None]] = {}
+        self._states: dict[str, tuple[float, str]] = {}
+
+    def options(self, run_id: str) -> DiscoveryOptions | None:
+        now = time.monotonic()
+        kept = self._options.get(run_id)
+        if kept is not None and (kept[1] is not None or now - kept[0] < OPTIONS_FRESH_S):
+            return kept[1]
+        raw = self._client.get(self._keys.run_discovery(run_id))
+        options = DiscoveryOptions.decode(raw) if isinstance(raw, bytes) else None
+        self._options[run_id] = (now, options)
+        return options
+
+    def cancelled(self, run_id: str) -> bool:
+        now = time.monotonic()
+        kept = self._states.get(run_id)
+        if kept is None or now - kept[0] >= STATE_FRESH_S:
+            kept = self._states[run_id] = (now, read_state(self._client, self._keys, run_id))
+        return kept[1] == CANCELLED
+
+    def seen(self, run_id: str, fingerprints: Sequence[bytes]) -> list[bool]:
+        with self._client.pipeline(transaction=False) as pipe:
+            for fp in fingerprints:
+                bucket, field = split_fingerprint(fp)
+                pipe.hget(self._keys.seen(run_id, bucket), field)
+            return [state in _SEEN_STATES for state in pipe.execute()]
+
+    def enqueued_total(self, run_id: str) -> int:
+        return recorded_enqueued(self._client, self._keys, run_id)
+
+    def host_counts(self, run_id: str, hosts: Sequence[str]) -> dict[str, int]:
+        values = self._client.hmget(self._keys.run_discovered_hosts(run_id), list(hosts))
+        return {host: int(value) for host, value in zip(hosts, values, strict=True) if value is not None}
+
+    def add(self, run_id: str, cut: dict[str, int], hosts: dict[str, int]) -> None:
+        if not cut and not hosts:
+            return
+        with self._client.pipeline(transaction=False) as pipe:
+            for name, n in cut.items():
+                pipe.hincrby(self._keys.run_stats(run_id), name, n)
+            for host, n in hosts.items():
+                pipe.hincrby(self._keys.run_discovered_hosts(run_id), host, n)
+            pipe.execute()
