@@ -18,8 +18,14 @@ COPY dlq_consumer ./dlq_consumer
 COPY demo_site ./demo_site
 COPY ops ./ops
 COPY renderer ./renderer
+# WITH_RENDERER=1 (compose's renderer service) adds Debian's chromium and Playwright; Playwright
+# never downloads a browser of its own (CHROMIUM_PATH=/usr/bin/chromium).
+ARG WITH_RENDERER=0
+RUN if [ "$WITH_RENDERER" = 1 ]; then \
+      apt-get update && apt-get install -y --no-install-recommends chromium && rm -rf /var/lib/apt/lists/*; \
+    fi
 # A regular (not editable) install: the code runs from site-packages and /src can go.
-RUN pip install . && rm -rf /src
+RUN if [ "$WITH_RENDERER" = 1 ]; then pip install '.[render]'; else pip install .; fi && rm -rf /src
 
 # The services need no privileges; a fixed uid keeps file ownership predictable on volumes.
 RUN useradd --create-home --uid 10001 --user-group crawler \

@@ -18,7 +18,7 @@ FAULTS_SIZE ?= small
 DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
-.PHONY: all install replay-install demo crawl test test-latest test-renderer unit integration e2e faults bench bench-politeness lint typecheck up down \
+.PHONY: all install replay-install demo crawl test test-latest test-renderer renderers unit integration e2e faults bench bench-politeness lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
@@ -80,6 +80,12 @@ integration: install
 
 e2e: install replay-install
 	PYWB_WAYBACK=$(abspath $(VENV_REPLAY))/bin/wayback $(PY) -m pytest -m e2e
+
+# Renderers for pages built by scripts (docs/RENDERING.md): a pool of RENDERERS processes, each
+# with one Chromium, consuming the render queue until stopped.
+RENDERERS ?= 1
+renderers: install
+	$(PY) -m renderer --processes $(RENDERERS)
 
 # The renderer's tests, which drive Chromium (CHROMIUM_PATH, /usr/bin/chromium by default; .ci/run
 # installs Debian's): kept out of `make test`, which must pass on a machine without a browser.

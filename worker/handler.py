@@ -95,6 +95,7 @@ class CrawlHandler:
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
     handled: Handled | None = None  # skips a second copy of a URL already settled
     run_states: RunStates | None = None  # paused and cancelled runs (shared/redis/runstate.py)
+    sent_to_render: Callable[[str, str], None] | None = None  # (run id, reason): the run's figure
     archive: Archive | None = None  # WARC records of every stored page (worker/warc/), if WARC_DIR
 
     def __post_init__(self) -> None:
@@ -250,7 +251,7 @@ class CrawlHandler:
             page = parse_page(html, response.final_url, budget=self._parse_budget)
             profile, extracted = profile_fields(self.profiles, task.url, html, self._parse_budget)
         if self._render_shells and task.queue != RENDER_KIND and looks_like_script_shell(html, page.text):
-            return to_render(self.topology, task, progress, SCRIPT_SHELL)  # RENDER=auto
+            return to_render(self.topology, task, progress, SCRIPT_SHELL, self.sent_to_render)  # RENDER=auto
         row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
         if self.archive is not None:  # written before the row goes to the store (worker/warc/archive.py)
             at = self.archive.record(response)

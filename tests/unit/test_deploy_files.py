@@ -24,7 +24,7 @@ from shared.settings import Settings
 REPO = Path(__file__).resolve().parents[2]
 BACKING_SERVICES = ("rabbitmq", "redis", "postgres")
 PIPELINE_SERVICES = ("producer", "producer_service", "worker", "dlq_consumer")
-APP_MODULES = {"producer", "worker", "dlq_consumer", "demo_site"}
+APP_MODULES = {"producer", "worker", "dlq_consumer", "demo_site", "renderer"}
 # Variables only compose reads (to configure RabbitMQ, PostgreSQL and Grafana, and build the URLs).
 COMPOSE_CREDENTIALS = {
     "RABBITMQ_DEFAULT_USER",
@@ -50,6 +50,7 @@ SECRETS_NEEDED = {
     "worker": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "worker-priority": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "dlq_consumer": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
+    "renderer": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
 }
 # The service addresses, which compose builds for each pipeline service itself.
 SERVICE_URLS = {"AMQP_URL", "REDIS_URL", "DATABASE_URL"}
@@ -403,7 +404,7 @@ def test_dockerfile_installs_the_project_from_pyproject() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["readme"] in copied
     runs = [rest for keyword, rest in instructions if keyword == "RUN"]
-    assert any(re.search(r"pip install (\S+ )*\.(\s|$)", run) for run in runs)
+    assert any(re.search(r"pip install (\S+ )*'?\.(\[[a-z,]+\])?'?(\s|;|$)", run) for run in runs)
 
 
 def test_dockerfile_runs_as_a_non_root_user() -> None:
@@ -466,6 +467,9 @@ def test_monitoring_services_run_only_under_their_profile(services: dict[str, di
     for name, service in services.items():
         if name in MONITORING_SERVICES:
             assert service.get("profiles") == ["monitoring"], f"{name} must run only with the profile"
+        elif name == "renderer":
+            # Optional: its image carries a browser, built only when pages need rendering.
+            assert service.get("profiles") == ["render"], "the renderer runs only with its profile"
         elif name in DEDICATED_WORKERS:
             assert service.get("profiles") == ["dedicated"], f"{name} must run only with the profile"
         else:
