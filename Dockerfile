@@ -1,5 +1,5 @@
 # One image for every service; docker-compose.yml picks the service with its command
-# (python -m producer | worker | dlq_consumer | demo_site); the operator commands (python -m
+# (python -m producer | worker | dlq_consumer | demo_site | ops.dashboard); the operator commands (python -m
 # ops.status, ops.run_report, ...) run in any of them.
 FROM python:3.11-slim-bookworm
 
@@ -18,8 +18,16 @@ COPY dlq_consumer ./dlq_consumer
 COPY demo_site ./demo_site
 COPY ops ./ops
 COPY renderer ./renderer
+# WITH_RENDERER=1 (compose's renderer service) adds Debian's chromium and Playwright; Playwright
+# never downloads a browser of its own (CHROMIUM_PATH=/usr/bin/chromium).
+ARG WITH_RENDERER=0
+RUN if [ "$WITH_RENDERER" = 1 ]; then \
+      apt-get update && apt-get install -y --no-install-recommends chromium && rm -rf /var/lib/apt/lists/*; \
+    fi
 # A regular (not editable) install: the code runs from site-packages and /src can go.
-RUN pip install . && rm -rf /src
+# Every image carries the dashboard's extra (compose's dashboard service runs from it).
+RUN if [ "$WITH_RENDERER" = 1 ]; then pip install '.[dashboard,render]'; else pip install '.[dashboard]'; fi \
+    && rm -rf /src
 
 # The services need no privileges; a fixed uid keeps file ownership predictable on volumes.
 RUN useradd --create-home --uid 10001 --user-group crawler \

@@ -18,7 +18,7 @@ FAULTS_SIZE ?= small
 DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
-.PHONY: all install replay-install demo crawl test test-latest test-renderer unit integration e2e faults bench bench-politeness lint typecheck up down \
+.PHONY: all install replay-install demo crawl dashboard test test-browser test-latest test-renderer renderers unit integration e2e faults bench bench-politeness lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
@@ -54,12 +54,25 @@ crawl: install
 	$(PY) -m ops.check
 	$(PY) -m ops.crawl --sitemap "$(SITEMAP)" --workers $(WORKERS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(RECRAWL_OF),--recrawl-of $(RECRAWL_OF))
 
+# The run dashboard and HTTP API on http://127.0.0.1:8080/ (DASHBOARD_PORT): runs, dead letters,
+# workers and queues, live; without DASHBOARD_TOKEN on loopback only (docs/OPERATING.md).
+dashboard: install
+	$(PY) -m ops.dashboard $(if $(DASHBOARD_PORT),--port $(DASHBOARD_PORT))
+
 # Unit, integration and end-to-end tests. Never stops or restarts a service (the fault scenarios
 # are `make faults`). First turns on the RabbitMQ management API if it is off, which is not a
 # restart: some tests read queue arguments and figures from it, and skip saying why without it.
 test: install replay-install
 	$(PY) -m tests.prepare
 	PYWB_WAYBACK=$(abspath $(VENV_REPLAY))/bin/wayback $(PY) -m pytest
+
+# The dashboard in a real browser: Playwright for Python (the `browser` extra) driving the
+# system's chromium (`apt-get install chromium`; .ci/run does it when missing), never a browser
+# Playwright downloads. Screenshots are left in var/test-artifacts/.
+test-browser: install
+	$(PY) -m pip install --quiet -e '.[dev,browser]'
+	$(PY) -m tests.prepare
+	$(PY) -m pytest -m browser tests/browser --screenshot only-on-failure --output var/test-artifacts/browser
 
 # Unit and integration tests against the newest versions pyproject.toml's ranges allow, in a
 # virtualenv of their own (upgraded on every run): an upgrade that breaks us, or turns off one of
@@ -80,6 +93,12 @@ integration: install
 
 e2e: install replay-install
 	PYWB_WAYBACK=$(abspath $(VENV_REPLAY))/bin/wayback $(PY) -m pytest -m e2e
+
+# Renderers for pages built by scripts (docs/RENDERING.md): a pool of RENDERERS processes, each
+# with one Chromium, consuming the render queue until stopped.
+RENDERERS ?= 1
+renderers: install
+	$(PY) -m renderer --processes $(RENDERERS)
 
 # The renderer's tests, which drive Chromium (CHROMIUM_PATH, /usr/bin/chromium by default; .ci/run
 # installs Debian's): kept out of `make test`, which must pass on a machine without a browser.

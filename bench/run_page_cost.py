@@ -11,7 +11,9 @@ straight after the build and again after a vacuum of run_counters:
 - run page: what ops.status --run and the dashboard's run page read from PostgreSQL and Redis
   (ops.accounting.account_on, the replayed count, ops.run_progress.ProgressReader.read);
 - runs list: ops.accounting.latest_runs(50);
-- for comparison, the count(*) queries that ops.accounting ran before the counters.
+- for comparison, the count(*) queries that ops.accounting ran before the counters;
+- what the counters cost a worker's commit: STORE_PAGE in 200-row transactions, with the
+  triggers and with them disabled (in this schema only), in µs a row.
 
 It checks the figures are exact (the counters against count(*)) and prints one JSON line.
 """
@@ -34,6 +36,7 @@ from ops.run_progress import ProgressReader
 from ops.status import REPLAYED_OF_RUN
 from shared.postgres import db
 from shared.settings import Settings
+from worker.store.rows import STORE_PAGE, PageRow, page_params
 
 RUN = "bench-big"
 CHUNK_ROWS = 2_000  # rows per transaction while building: a few worker batches' worth
@@ -70,6 +73,56 @@ def build(conn: psycopg.Connection[Any], pages: int, dead: int, runs: int) -> fl
             conn.execute(INSERT_PAGES, {"run": f"bench-small-{n}", "first": 1, "last": 100, "total": 100})
     conn.execute("ANALYZE")
     return time.perf_counter() - started
+
+
+def writer_us_per_row(
+    conn: psycopg.Connection[Any], batches: int = 10, rows: int = 200, rounds: int = 7
+) -> dict[str, float]:
+    """What a worker's commit costs a row, with the counting triggers and without: STORE_PAGE in
+    transactions of `rows` (a full writer batch), as worker/store/commit.py sends them."""
+
+    def batch(run: str, first: int) -> list[dict[str, Any]]:
+        return [
+            page_params(
+                PageRow(
+                    run,
+                    f"https://w.test/{n}",
+                    f"https://w.test/{n}",
+                    200,
+                    "text/html",
+                    "t",
+                    None,
+                    None,
+                    None,
+                    None,
+                    "text " * 200,
+                    [],
+                    "bulk",
+                    0,
+                    False,
+                    5,
+                    "w",
+                )
+            )
+            for n in range(first, first + rows)
+        ]
+
+    # Rounds alternate, and each figure is the median of its rounds: on a shared machine one
+    # round can take twice another.
+    taken: dict[str, list[float]] = {"with_counters": [], "without_counters": []}
+    for round_ in range(rounds):
+        for label in taken:
+            conn.execute(
+                f"ALTER TABLE pages {'ENABLE' if label == 'with_counters' else 'DISABLE'} TRIGGER USER"
+            )
+            prepared = [batch(f"bench-writer-{round_}-{label}", b * rows) for b in range(batches)]
+            started = time.perf_counter()
+            for params in prepared:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.executemany(STORE_PAGE, params)
+            taken[label].append((time.perf_counter() - started) * 1e6 / (batches * rows))
+    conn.execute("ALTER TABLE pages ENABLE TRIGGER USER")  # this schema's only
+    return {label: round(statistics.median(times), 1) for label, times in taken.items()}
 
 
 def p95_ms(read: Callable[[], object], repeat: int) -> float:
@@ -122,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                     }
                     conn.execute("VACUUM ANALYZE run_counters")
                 figures["pages_per_s_now"] = round(reader.read(RUN).pages_per_s, 1)
+                figures["writer_us_per_row"] = writer_us_per_row(conn)
             exact = account_on(conn, RUN)
             counted = conn.execute(COUNT_STAR[0], (RUN,)).fetchone()
             dead = conn.execute(COUNT_STAR[1], (RUN,)).fetchall()

@@ -6,6 +6,7 @@ that dies again turns its row back to 'dead' instead of adding a second one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, LiteralString, Protocol
@@ -83,6 +84,10 @@ class Selection:
     reason: str | None = None
     state: State = "dead"
     limit: int | None = None
+    # The dashboard acts on exactly the rows it counted: those up to the highest id of its dry
+    # run (a dead letter arriving later is left alone), or the ids ticked.
+    max_id: int | None = None
+    ids: tuple[int, ...] | None = None
 
     def where(self) -> tuple[sql.Composable, dict[str, Any]]:
         clauses: list[sql.Composable] = [sql.SQL("TRUE")]
@@ -96,6 +101,12 @@ class Selection:
         if self.state != "all":
             clauses.append(sql.SQL("state = %(state)s"))
             params["state"] = self.state
+        if self.max_id is not None:
+            clauses.append(sql.SQL("id <= %(max_id)s"))
+            params["max_id"] = self.max_id
+        if self.ids is not None:
+            clauses.append(sql.SQL("id = ANY(%(ids)s)"))
+            params["ids"] = list(self.ids)
         return sql.SQL(" AND ").join(clauses), params
 
 
@@ -148,7 +159,7 @@ def delete(conn: Connection, selection: Selection) -> int:
 
 def lock_next_dead(conn: Connection, selection: Selection, after_id: int) -> DeadLetterRecord | None:
     """The next selected dead row after `after_id`, locked until the transaction ends."""
-    where, params = Selection(selection.run_id, selection.reason, "dead").where()
+    where, params = dataclasses.replace(selection, state="dead", limit=None).where()
     query = sql.SQL(LOCK_NEXT_DEAD).format(where=where)
     with conn.cursor(row_factory=class_row(DeadLetterRecord)) as cur:
         return cur.execute(query, {**params, "after_id": after_id}).fetchone()

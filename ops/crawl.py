@@ -168,6 +168,7 @@ def run_crawl(
                 codes = procs.stop_all()
         accounting = account(settings, run_id)
         expected = print_accounting(accounting, watch, summary, elapsed, codes, log_dir, out)
+        print(f"see it live: make dashboard, then http://127.0.0.1:8080/runs/{run_id}", file=out)
     clean_exit = all(code == 0 for code in codes.values())
     return 0 if accounting.accounted == expected and clean_exit else 1
 

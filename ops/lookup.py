@@ -8,7 +8,7 @@ from there (docs/OPERATING.md, "Inspecting with redis-cli"):
 - the fingerprint, and per run its dedup state: claimed (by which producer, alive or not),
   confirmed (published) or handled (a worker settled it);
 - its cache entry: age, ETag, Last-Modified, time left;
-- its domain: the configured rate, the backoff multiplier, the next free slot, a pause,
+- its domain: the configured rate and the rate now (its slow-down), the next free slot, a pause,
   requests in flight, and the robots.txt verdict for this URL;
 - its page row, dead letter or skip, per run.
 
@@ -26,6 +26,7 @@ from typing import IO
 import redis
 
 from ops.lookup_rows import ROW_QUERIES, rows_of
+from producer.dedup import split_fingerprint
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
 from shared.redis.client import OPERATOR, connect_redis
@@ -38,7 +39,6 @@ from worker.politeness.ratelimit import rate_fraction
 from worker.politeness.robots import RobotsEntry, RobotsRules, product_token
 
 Line = tuple[str, str]  # (what, its value)
-BUCKET_BYTES = 2  # as producer/dedup.py: the first bytes name the hash, the rest is the field
 MAX_RUNS = 50  # runs shown without --run
 
 
@@ -107,8 +107,9 @@ def _server_time_us(client: redis.Redis) -> int:
 
 
 def _dedup_state(client: redis.Redis, keys: Keys, run_id: str, fp: bytes) -> str:
-    key = keys.seen(run_id, fp[:BUCKET_BYTES].hex())
-    state = client.hget(key, fp[BUCKET_BYTES:])
+    bucket, field = split_fingerprint(fp)
+    key = keys.seen(run_id, bucket)
+    state = client.hget(key, field)
     where = f"(HGET {key} <fingerprint bytes 2..10>)"
     if state is None:
         return f"not seen {where}"

@@ -11,8 +11,10 @@ same line.
 
 The rate counts outcomes whose time falls in the window: a page rewritten by a redelivery has
 its fetched_at moved and counts again, so the rate can read slightly high while copies are
-being redelivered (the totals stay exact). A run younger than the window is measured over its
-age, as ops.crawl measures from its first snapshot.
+being redelivered (the totals stay exact). A run younger than the window is measured over the
+time since its first outcome, where ops.crawl measures from its own start (before the first
+page): in a run's first half minute the two differ (163 against 107 pages/min 25 s into a demo
+crawl), and once it is older they agree within a few percent (156 against 149).
 """
 
 from __future__ import annotations

@@ -65,8 +65,25 @@ def render(a: Accounting, counters: dict[str, int]) -> str:
         f"  skipped           {a.skipped:6d}   ({skips})\n"
         f"  accounted for     {a.accounted:6d} of {enqueued}: {mark}\n"
         f"  retries           {a.retries:6d}"
+        + rendered_line(counters)
         + "".join(f"\n{line}" for line in Copies.from_counters(counters).lines())
     )
+
+
+def rendered_line(counters: dict[str, int]) -> str:
+    """The URLs sent to the renderers, by reason: a routing rule (`enqueued.render`) or a
+    worker that found a script shell (RENDER=auto); nothing when there were none."""
+    reasons = {"routing rule": counters.get("enqueued.render", 0)}
+    reasons.update(
+        (name.partition(".")[2].replace("_", " "), n)
+        for name, n in counters.items()
+        if name.startswith("sent_to_render.")
+    )
+    total = sum(reasons.values())
+    if not total:
+        return ""
+    shown = ", ".join(f"{reason} {n}" for reason, n in reasons.items() if n)
+    return f"\n  sent to render    {total:6d}   ({shown})"
 
 
 def report(settings: Settings, run_id: str, wait_s: float, out: IO[str]) -> int:

@@ -177,7 +177,7 @@ def show_run(
         f"  skipped        {a.skipped:8d}   ({skips})\n"
         f"  not yet done   {max(0, enqueued - a.accounted):8d}   ({held} held in "
         f"{held_queue(settings.crawl_namespace, run_id)})"
-        + f"\n  {'progress':<13}{run_progress(settings, run_id, keys.prefix).line()}"
+        + f"\n  {'progress':<15}{run_progress(settings, run_id, keys.prefix).line()}"
         + "".join(
             f"\n{line}" for line in Copies.from_counters(recorded_counters(client, keys, run_id)).lines(15)
         ),

@@ -176,7 +176,7 @@ def _run_lines(run: dict[str, Any], fitted: bool) -> list[str]:
 def _progress_lines(run: dict[str, Any], width: int) -> list[str]:
     """The line ops.crawl prints, from committed figures (ops/run_progress.py)."""
     progress = run.get("progress")
-    return [f"  {'progress':<{width - 2}}{progress['line']}"] if progress else []
+    return [f"  {'progress':<{width}}{progress['line']}"] if progress else []
 
 
 def _copies_lines(run: dict[str, Any], width: int) -> list[str]:

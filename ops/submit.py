@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from producer.discovery_args import DiscoveryArgs, add_discovery_arguments
 from shared.amqp import broker
 from shared.amqp.topology import build_topology, control_queue
 from shared.cli import configure_logging, run_main
@@ -91,6 +92,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="FILE",
         help="the request as the API takes it, from a file or - for stdin (no other option then)",
     )
+    add_discovery_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -102,8 +104,19 @@ def request_body(args: argparse.Namespace, stdin: IO[bytes]) -> bytes | dict[str
             body["run_id"] = args.run_id
         if args.recrawl_of is not None:
             body["recrawl_of"] = args.recrawl_of
+        discovery = DiscoveryArgs.from_namespace(args)
+        if discovery.discovers:
+            body.update(
+                start_urls=list(discovery.start_urls),
+                max_depth=discovery.max_depth,
+                scope=discovery.scope,
+                include=list(discovery.include),
+                exclude=list(discovery.exclude),
+                max_pages=discovery.max_pages,
+                max_pages_per_host=discovery.max_pages_per_host,
+            )
         return body
-    if args.run_id or args.recrawl_of or args.sitemap or args.url or args.site:
+    if args.run_id or args.recrawl_of or args.sitemap or args.url or args.site or args.start:
         raise InvalidRequest("--json takes no other option: the request is all in the JSON")
     if args.json == "-":
         return stdin.read(MAX_REQUEST_BYTES + 1)

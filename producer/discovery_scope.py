@@ -25,10 +25,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from shared.crawl_request import DISCOVERY_SCOPES
 from shared.errors import BlockedAddress, ConfigError
 from shared.urls import InvalidURL, canonicalize, domain_of
 
-SCOPES = ("host", "domain", "prefix")
+SCOPES = DISCOVERY_SCOPES  # named once, with the crawl request's vocabulary
 DEFAULT_SCOPE = "host"
 DEFAULT_MAX_DEPTH = 3  # when start URLs are given without a depth
 DEFAULT_MAX_PAGES = 100_000  # a whole run's URLs, sitemap URLs included: bounds a trap

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from producer.discovery_args import DiscoveryArgs
 from producer.seeding import mark_seeded, seeded_summary
 from producer.service import Options, run
 from shared.amqp import broker
@@ -116,6 +117,15 @@ def options_for(request: CrawlRequest) -> Options:
         urls=request.urls,
         recrawl_of=request.recrawl_of or "",
         once=True,
+        discovery=DiscoveryArgs(
+            start_urls=request.start_urls,
+            max_depth=request.max_depth,
+            scope=request.scope,
+            include=request.include,
+            exclude=request.exclude,
+            max_pages=request.max_pages,
+            max_pages_per_host=request.max_pages_per_host,
+        ),
     )
 
 

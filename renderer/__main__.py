@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import resource
 
-from renderer.engine import RenderEngine, RenderFetch
+from renderer.engine import RenderEngine, RenderFetch, require_chromium
 from renderer.watchdog import Watchdog
 from shared import metrics
 from shared.amqp.topology import render_queue
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             renderer_processes=args.processes or settings.renderer_processes,
         )
         settings.validate()
+    require_chromium(settings.chromium_path)
     if settings.renderer_processes == 1:
         configure_logging(settings.log_level, "renderer", settings.log_format, settings.worker_id)
         return serve(settings)

@@ -24,10 +24,10 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from playwright.async_api import Browser, BrowserContext, Playwright, Route, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page, Playwright, Route, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
-from renderer.page import Extras, Rendered, refuse_extras, render
+from renderer.page import Extras, Rendered, open_page, render, translated
 from renderer.processes import browser_groups, descendants, group_memory_bytes, kill_group
 from renderer.watchdog import Watchdog
 from shared.errors import BlockedAddress
@@ -68,6 +68,7 @@ class BrowserOptions:
 @dataclass
 class _Slot:
     context: BrowserContext | None = None
+    page: Page | None = None  # reused until it fails or its context is replaced
     generation: int = -1  # of the browser its context belongs to
     pages: int = 0
     extras: Extras = field(default_factory=Extras)
@@ -105,16 +106,36 @@ class BrowserPool:
         slot = await self._free.get()
         try:
             context = await self._context_of(slot)
+            if slot.page is None or slot.page.is_closed():
+                slot.page = await open_page(context, slot.extras)
             slot.pages += 1
-            rendered = await render(context, url, deadline_s, slot.extras)
+            rendered = await render(slot.page, url, deadline_s, slot.extras)
             self.figures.popups_closed += rendered.popups_closed
             return rendered
+        except PlaywrightError as exc:  # the browser or context went away around the page
+            await self._drop_page(slot)
+            slot.context = None
+            raise translated(exc) from None
+        except BaseException:
+            await self._drop_page(slot)  # crashed, timed out, refused: its next page is new
+            raise
         finally:
             self._free.put_nowait(slot)
             await self._restart_if_over_memory()
 
     def browser_memory_bytes(self) -> int:
         return group_memory_bytes(self._browser_group) if self._browser_group is not None else 0
+
+    @staticmethod
+    async def _drop_page(slot: _Slot) -> None:
+        page, slot.page = slot.page, None
+        if page is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(page.close(), 5)
+
+    async def warm_up(self) -> None:
+        """Starts the browser now, so a CHROMIUM_PATH that cannot run shows at start."""
+        await self._running_browser()
 
     async def close(self) -> None:
         await self._close_browser()
@@ -129,11 +150,11 @@ class BrowserPool:
             if slot.pages < self._options.max_pages_per_context:
                 return slot.context
             with contextlib.suppress(PlaywrightError):
-                await slot.context.close()  # recycled: what it gathered goes with it
+                await slot.context.close()  # recycled: what it gathered goes with it, its page too
+        slot.page = None
         context = await browser.new_context(accept_downloads=False, service_workers="block")
         if self._options.route_check:
             await context.route("**/*", self._second_check)
-        refuse_extras(context, slot.extras)
         slot.context, slot.generation, slot.pages = context, self._generation, 0
         self.figures.contexts += 1
         return context

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -23,6 +24,7 @@ from renderer.page import Rendered, RenderTimeout
 from renderer.proxy import GuardedProxy
 from renderer.watchdog import Watchdog
 from shared import metrics
+from shared.errors import ConfigError, one_line
 from shared.http.netguard import AddressGuard
 from shared.settings import Settings
 from worker.fetch.response import CacheEntry, Response
@@ -38,6 +40,14 @@ RENDERED_TYPE = "text/html; charset=utf-8"  # page.content() is text: stored enc
 def browser_refused(reason: str, target: str) -> None:
     metrics.RENDER_REQUESTS_REFUSED.labels(reason).inc()
     log.debug("browser request refused (%s): %s", reason, target)
+
+
+def require_chromium(path: str) -> None:
+    """A CHROMIUM_PATH that is not there, refused in one line before anything starts."""
+    if not os.access(path, os.X_OK):
+        raise ConfigError(
+            f"CHROMIUM_PATH: {path!r} is not an executable (apt-get install --no-install-recommends chromium)"
+        )
 
 
 class RenderEngine:
@@ -71,7 +81,14 @@ class RenderEngine:
             page_heap_mb=self._settings.render_page_heap_mb,
             route_check=self._route_check,
         )
+        require_chromium(self._settings.chromium_path)
         self.pool = self._run(self._make_pool(options), timeout_s=10)
+        try:
+            self._run(self.pool.warm_up(), timeout_s=60)
+        except Exception as exc:  # Playwright's launch errors, whatever their kind: one line
+            raise ConfigError(
+                f"CHROMIUM_PATH: {self._settings.chromium_path} did not start: {one_line(exc)}"
+            ) from None
         return self
 
     async def _make_pool(self, options: BrowserOptions) -> BrowserPool:

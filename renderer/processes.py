@@ -72,9 +72,9 @@ def descendants(root: int, table: list[ProcessInfo] | None = None) -> list[Proce
 
 
 def browser_groups(root: int) -> list[int]:
-    """The process groups of the browsers below `root`: group leaders other than root's group."""
-    own_group = os.getpgid(root) if root == os.getpid() else -1
-    return [p.pid for p in descendants(root) if p.pid == p.pgid and p.pgid != own_group]
+    """The process groups of the Chromium browsers below `root`: the group leaders whose
+    command names chromium (the watchdog leads a group of its own too, and is no browser)."""
+    return [p.pid for p in descendants(root) if p.pid == p.pgid and "chrom" in p.command.split(" ", 1)[0]]
 
 
 def group_members(pgid: int, table: list[ProcessInfo] | None = None) -> list[ProcessInfo]:

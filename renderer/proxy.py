@@ -82,7 +82,7 @@ class GuardedProxy:
         self.figures = ProxyFigures()
 
     async def start(self, host: str = "127.0.0.1") -> int:
-        self._server = await asyncio.start_server(self._serve, host, 0)
+        self._server = await asyncio.start_server(self._serve, host, 0, limit=MAX_HEAD_BYTES)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
@@ -94,8 +94,6 @@ class GuardedProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._idle_timeout_s)
-            if len(head) > MAX_HEAD_BYTES:
-                raise _Refusal("bad_request", "request head too long")
             method, target, lines = _parse_head(head)
             if method == "CONNECT":
                 await self._tunnel(target, reader, writer)
@@ -178,7 +176,10 @@ class GuardedProxy:
             up_writer.write(await reader.readexactly(body_bytes))
         await up_writer.drain()
         try:
-            await self._copy(up_reader, writer, self._max_body_bytes + MAX_HEAD_BYTES)
+            # The answer's head as it comes (bounded), then its body, counted against the cap.
+            answer_head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), self._idle_timeout_s)
+            writer.write(answer_head)
+            await self._copy(up_reader, writer, self._max_body_bytes)
         finally:
             up_writer.close()
 

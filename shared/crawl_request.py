@@ -12,6 +12,8 @@ checked before anything is queued, each failure a one-line InvalidRequest naming
     no URL at all (sitemaps, urls and site all empty)
     a URL that does not canonicalise (shared/urls.py), or one the address guard refuses
     a run id (or recrawl_of) that is not up to 64 letters, digits, '.', '-' or '_'
+    a discovery option out of bounds: a negative count, an unknown scope, a pattern that does
+    not compile (producer/discovery_scope.py says what each one does)
 
 Fields are listed once, in `_FIELDS`, with their JSON name and kind; a new kind of input (the
 discovery options of a crawl that follows links, say) is a field added there and in the class.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +36,10 @@ from shared.urls import InvalidURL, canonicalize
 
 MAX_REQUEST_BYTES = 1024 * 1024
 VERSION = 1
+
+DISCOVERY_SCOPES = ("host", "domain", "prefix")
+MAX_COUNT = 1_000_000_000  # of a depth or a budget
+MAX_PATTERNS, MAX_PATTERN_CHARS = 100, 1000
 
 UrlCheck = Callable[[str], None]  # raises BlockedAddress (shared/http/netguard.py's check_url)
 
@@ -59,6 +66,14 @@ class CrawlRequest:
     urls: tuple[str, ...] = ()  # page URLs to fetch as they are
     sites: tuple[str, ...] = ()  # site roots: their robots.txt Sitemap: lines, else /sitemap.xml
     recrawl_of: str | None = None  # an earlier run: publish only what changed since
+    # A discovery run's (producer/discovery_scope.py): it discovers with start URLs or a depth.
+    start_urls: tuple[str, ...] = ()
+    max_depth: int | None = None
+    scope: str = "host"
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    max_pages: int = 100_000
+    max_pages_per_host: int = 0
     request_id: str = field(default_factory=new_request_id)
     requested_at: float = field(default_factory=time.time)
 
@@ -66,7 +81,7 @@ class CrawlRequest:
         """(field and index, URL) of every URL the request holds, as errors name them."""
         return [
             (f"{name}[{index}]", url)
-            for name in ("sitemaps", "urls", "sites")
+            for name in ("sitemaps", "urls", "sites", "start_urls")
             for index, url in enumerate(getattr(self, name))
         ]
 
@@ -120,6 +135,14 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "site": ("sites", "urls"),
     "sites": ("sites", "urls"),
     "recrawl_of": ("recrawl_of", "run id or null"),
+    "start_urls": ("start_urls", "urls"),
+    "start": ("start_urls", "urls"),
+    "max_depth": ("max_depth", "count or null"),
+    "scope": ("scope", "scope"),
+    "include": ("include", "patterns"),
+    "exclude": ("exclude", "patterns"),
+    "max_pages": ("max_pages", "count"),
+    "max_pages_per_host": ("max_pages_per_host", "count"),
 }
 
 
@@ -144,8 +167,8 @@ def _fields(data: dict[str, Any], run_id: object, request_id: str, requested_at:
             continue
         if kind == "urls":
             values[attribute] = values.get(attribute, ()) + _urls(name, value)
-        elif value is not None:
-            values[attribute] = _run_id(name, value)
+        elif value is not None or kind == "count":
+            values[attribute] = _value(name, kind, value)
     return CrawlRequest(
         run_id=_run_id("run_id", run_id), request_id=request_id, requested_at=requested_at, **values
     )
@@ -156,6 +179,40 @@ def _urls(name: str, value: object) -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(url, str) for url in value):
         raise InvalidRequest(f"{name}: expected a list of URLs")
+    return tuple(value)
+
+
+def _value(name: str, kind: str, value: object) -> Any:
+    """A field other than URLs, checked by its kind (null taken as absent before, where allowed)."""
+    if kind in ("count", "count or null"):
+        return _count(name, value)
+    if kind == "scope":
+        if value not in DISCOVERY_SCOPES:
+            raise InvalidRequest(f"{name}: expected one of {', '.join(DISCOVERY_SCOPES)}")
+        return value
+    if kind == "patterns":
+        return _patterns(name, value)
+    return _run_id(name, value)
+
+
+def _count(name: str, value: object) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise InvalidRequest(f"{name}: expected a whole number from 0 to {MAX_COUNT}")
+    return value
+
+
+def _patterns(name: str, value: object) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_PATTERNS
+        or not all(isinstance(p, str) and len(p) <= MAX_PATTERN_CHARS for p in value)
+    ):
+        raise InvalidRequest(f"{name}: expected up to {MAX_PATTERNS} regular expressions")
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InvalidRequest(f"{name} {pattern[:80]!r}: not a regular expression ({exc})") from None
     return tuple(value)
 
 
@@ -175,7 +232,7 @@ def check(request: CrawlRequest, check_url: UrlCheck) -> None:
     canonicalises and `check_url` (the address guard) lets it through."""
     urls = request.all_urls()
     if not urls:
-        raise InvalidRequest("no URL: give at least one of sitemaps, urls or site")
+        raise InvalidRequest("no URL: give at least one of sitemaps, urls, site or start_urls")
     for where, url in urls:
         shown = url[:200] + ("..." if len(url) > 200 else "")
         try:

@@ -24,6 +24,7 @@ FOLDER_MARKERS = {
     "cluster": "cluster",
     "faults_cluster": "cluster",
     "renderer": "renderer",
+    "browser": "browser",
 }
 
 

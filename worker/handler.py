@@ -10,11 +10,14 @@ reserved, when the gate could), or for a wait beyond MAX_HOLD_S goes to a defer 
 from the retries; either way without being charged an attempt: never dropped, never acked
 unprocessed.
 
-Here is the handling's course and the fetch; its parts live apart: the shapes of what the
-handler is handed (worker/handling/ports.py), the holds of URLs waiting here for their domains' slots
-(worker/handling/waits.py), the checks of a URL already settled (worker/handling/settled.py), its rows
-(worker/handling/storing.py) and the copies it forwards to a retry, defer or hold queue or the dead-letter
-exchange (worker/handling/forwards.py).
+Here is the story of one URL, its delivery in hand as a `Handling` passed from step to step
+(no per-thread state). The handler holds its parts: the holds of URLs waiting here for their
+domains' slots (`holds`, worker/handling/waits.py) and the hand-over of rows to the store
+(`rows`, worker/handling/storing.py). It uses the checks of a URL already settled
+(worker/handling/settled.py) and the copies forwarded to a retry, defer, hold or render queue
+or the dead-letter exchange (worker/handling/forwards.py); the shapes of what it is handed are
+in worker/handling/ports.py. Every outcome is returned from here, a stored page's once its row
+is committed (StoredRows.store_later, on the writer's thread).
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ from worker.handling.ports import (
     Store,
 )
 from worker.handling.settled import SettledMeanwhile, already_handled, checks_ride_with_the_send, read_ahead
-from worker.handling.storing import StoresRows, page_row, profile_fields
-from worker.handling.waits import WAIT_REASONS, HoldsForSlots, Parked, Waiting, back_with_its_slot
+from worker.handling.storing import StoredRows, page_row, profile_fields
+from worker.handling.waits import WAIT_REASONS, Parked, SlotHolds, Waiting, back_with_its_slot
 from worker.parse.page import decode_html, parse_budget, parse_page
 from worker.parse.profiles import Profiles
 from worker.parse.script_shell import SCRIPT_SHELL, looks_like_script_shell
@@ -66,7 +69,20 @@ T = TypeVar("T")
 
 
 @dataclass
-class CrawlHandler(HoldsForSlots, StoresRows):
+class Handling:
+    """One delivery in the hands of a handler thread: its message, and what its handling has
+    done so far. Made by CrawlHandler.__call__ and passed down the story, never kept."""
+
+    delivery: Delivery
+    marked: bool = False  # its "handling" marker is in Redis, or rides with the next command
+    cache_missed: bool = False  # the response cache had nothing for its URL
+    # Its checks (another copy settled? the run paused or cancelled?), when they ride with the
+    # send's clearance (worker/handling/settled.py); None once run, or when run on arrival.
+    checks_due: tuple[CrawlTask, Progress] | None = None
+
+
+@dataclass
+class CrawlHandler:
     settings: Settings
     topology: Topology
     fetch: Fetch  # shared by the handler threads
@@ -79,10 +95,10 @@ class CrawlHandler(HoldsForSlots, StoresRows):
     profiles: Profiles = dataclasses.field(default_factory=Profiles)
     handled: Handled | None = None  # skips a second copy of a URL already settled
     run_states: RunStates | None = None  # paused and cancelled runs (shared/redis/runstate.py)
+    sent_to_render: Callable[[str, str], None] | None = None  # (run id, reason): the run's figure
     archive: Archive | None = None  # WARC records of every stored page (worker/warc/), if WARC_DIR
 
     def __post_init__(self) -> None:
-        self._local = threading.local()
         # Each skip reason's series exists from the start, at 0: a series born at its first
         # skip has no earlier sample, so Prometheus's increase() and rate() miss that skip, and
         # all of them when the worker stops before its next scrape.
@@ -100,26 +116,33 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         self._parse_lock = threading.Lock()
         # Bounds how long one page holds that lock, and what it costs (docs/SECURITY.md).
         self._parse_budget = parse_budget(self.settings)
-        self._slots_held = {}  # domain -> when its furthest slot held here comes (HoldsForSlots)
+        # Its parts: the URLs held here for their domains' slots, and the rows handed to the store.
+        self.holds = SlotHolds(self.settings)
+        self.rows = StoredRows(self.settings, self.topology, self.store)
         self._render_shells = self.settings.render == "auto"  # worker/parse/script_shell.py
+
+    def parked(self, delivery: Delivery) -> Outcome | None:
+        """On the connection's thread, as a message comes: a hold for a URL whose domain's slot
+        is held here already (SlotHolds.parked); None for any other."""
+        return self.holds.parked(delivery)
 
     def __call__(self, delivery: Delivery) -> Outcome:
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
             return too_often
-        self._local.delivery, self._local.marked, self._local.cache_missed = delivery, False, False
-        self._local.checks_due = None
+        handling = Handling(delivery)
         try:
-            return self._handle(delivery)
+            return self._handle(handling)
         finally:
             self.cache.drop_read_ahead()  # a read ahead is good for one handling
             if self.run_states is not None:
                 self.run_states.drop_read_ahead()
-            if self._local.marked and self.delivery_limit is not None:
+            if handling.marked and self.delivery_limit is not None:
                 # Left behind, the marker only expires; the outcome matters more.
                 with contextlib.suppress(ServiceUnavailable):
                     self.delivery_limit.unmark_handling(delivery)
 
-    def _handle(self, delivery: Delivery) -> Outcome:
+    def _handle(self, handling: Handling) -> Outcome:
+        delivery = handling.delivery
         try:
             progress = Progress.from_headers(delivery.headers, strict=True)
             task = CrawlTask.decode(delivery.body)
@@ -137,34 +160,35 @@ class CrawlHandler(HoldsForSlots, StoresRows):
         read_ahead(self.cache, self.run_states, delivery, task)
         if self.handled is not None and checks_ride_with_the_send(delivery, progress):
             self.handled.read_ahead(task)  # its mark, to go with the clearance
-            self._local.checks_due = (task, progress)
-        elif (settled := self._settled(delivery, task, progress)) is not None:
+            handling.checks_due = (task, progress)
+        elif (settled := self._settled(handling, task, progress)) is not None:
             return settled
         try:
-            return self._crawled(delivery, task, progress)
+            return self._crawled(handling, task, progress)
         except SettledMeanwhile as meanwhile:
             if meanwhile.handled:
                 return Outcome.done()
-            return self._by_run_state(delivery.body, task, progress) or Outcome.done()
+            return self._by_run_state(handling, task, progress) or Outcome.done()
 
-    def _settled(self, delivery: Delivery, task: CrawlTask, progress: Progress) -> Outcome | None:
+    def _settled(self, handling: Handling, task: CrawlTask, progress: Progress) -> Outcome | None:
         """The outcome of a URL another copy settled, or of a paused or cancelled run's; None
         for a URL to fetch."""
         # Before the run's state: every delivery is counted by kind, once (worker/handling/handled.py),
         # and a second copy of a URL already stored or skipped keeps that one outcome, held
         # or cancelled alike (a `cancelled` skip on top would count the URL twice).
-        if already_handled(self.handled, delivery, task, progress):
+        if already_handled(self.handled, handling.delivery, task, progress):
             return Outcome.done()
-        return self._by_run_state(delivery.body, task, progress)
+        return self._by_run_state(handling, task, progress)
 
-    def _crawled(self, delivery: Delivery, task: CrawlTask, progress: Progress) -> Outcome:
+    def _crawled(self, handling: Handling, task: CrawlTask, progress: Progress) -> Outcome:
+        delivery = handling.delivery
         try:
             with metrics.FETCHES_IN_FLIGHT.track_inprogress():
-                return self._crawl(task, progress)
+                return self._crawl(handling, task, progress)
         except BlockedAddress as exc:
             # Not the URL's failure and nothing to retry: the address is not ours to fetch.
-            self._stop_if_settled_meanwhile()  # (robots.txt's fetch can meet it before the check)
-            return self._skip(task, "blocked_address", exc.detail, progress)
+            self._stop_if_settled_meanwhile(handling)  # (robots.txt's fetch can meet it before the check)
+            return self._skip(handling, task, "blocked_address", exc.detail, progress)
         except TryLater as later:
             waiting = delivery.memo
             if not isinstance(waiting, Waiting):  # its first wait; a parked URL's began when it came
@@ -173,10 +197,10 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             # broker's consumer_timeout, whatever the number of URLs waiting for the domain.
             held_s = time.monotonic() - waiting.since + later.wait_s
             if later.wait_s <= self.settings.max_hold_s and held_s <= 2 * self.settings.max_hold_s:
-                return self._wait_here(task, later, waiting)
+                return self.holds.wait_here(task, later, waiting, handling.cache_missed)
             return defer(self.topology, delivery.body, task, progress, later)
         except TransientError as exc:
-            self._stop_if_settled_meanwhile()  # a URL settled elsewhere is not retried
+            self._stop_if_settled_meanwhile(handling)  # a URL settled elsewhere is not retried
             failed = progress.failed_once_more(self.clock())
             if failed.attempt >= self.settings.max_attempts:
                 return dead_letter(
@@ -184,51 +208,50 @@ class CrawlHandler(HoldsForSlots, StoresRows):
                 )
             return retry(self.topology, self.settings, delivery.body, task, failed, exc)
         except PermanentError as exc:
-            self._stop_if_settled_meanwhile()  # nor dead-lettered
+            self._stop_if_settled_meanwhile(handling)  # nor dead-lettered
             failed = progress.failed_once_more(self.clock())
             return dead_letter(
                 self.topology, self.settings.worker_id, delivery.body, task.queue, failed, exc, task.url
             )
 
-    def _stop_if_settled_meanwhile(self) -> None:
+    def _stop_if_settled_meanwhile(self, handling: Handling) -> None:
         """Raises SettledMeanwhile when the checks still due stop the URL; answered from the
         replies read ahead when a command has carried them, else at the cost of a round trip."""
-        due = self._local.checks_due
+        due = handling.checks_due
         if due is None:
             return
-        self._local.checks_due = None
+        handling.checks_due = None
         task, progress = due
-        delivery = self._local.delivery
-        if already_handled(self.handled, delivery, task, progress):
+        if already_handled(self.handled, handling.delivery, task, progress):
             raise SettledMeanwhile(handled=True)
         if self.run_states is not None and self.run_states.state(task.run_id) in (PAUSED, CANCELLED):
             raise SettledMeanwhile(handled=False)
 
-    def _by_run_state(self, body: bytes, task: CrawlTask, progress: Progress) -> Outcome | None:
+    def _by_run_state(self, handling: Handling, task: CrawlTask, progress: Progress) -> Outcome | None:
         """The outcome of a task of a paused or cancelled run; None for a run that goes on."""
         if self.run_states is None:
             return None
         state = self.run_states.state(task.run_id)
         if state == PAUSED:
-            return hold_paused(self.topology, body, task, progress)
+            return hold_paused(self.topology, handling.delivery.body, task, progress)
         if state == CANCELLED:
-            return self._skip(task, "cancelled", "the run was cancelled by an operator", progress)
+            return self._skip(handling, task, "cancelled", "the run was cancelled by an operator", progress)
         return None
 
-    def _crawl(self, task: CrawlTask, progress: Progress) -> Outcome:
-        if not self._will_be_held(task.url):
-            self._mark_handling()  # rides with the gate's round trip, ordinarily
-        rules = self._robots_rules(task.url)
+    def _crawl(self, handling: Handling, task: CrawlTask, progress: Progress) -> Outcome:
+        if not self.holds.will_be_held(handling.delivery.memo, task.url):
+            self._mark_handling(handling)  # rides with the gate's round trip, ordinarily
+        rules = self._robots_rules(handling, task.url)
         if rules is not None and not rules.allows(task.url):
-            self._stop_if_settled_meanwhile()
-            return self._skip(task, "robots", "disallowed by robots.txt", progress)
-        response = self._response_for(task.url, rules)
+            self._stop_if_settled_meanwhile(handling)
+            return self._skip(handling, task, "robots", "disallowed by robots.txt", progress)
+        response = self._response_for(handling, task.url, rules)
         with self._parse_lock:
             html = decode_html(response.body, response.content_type)
             page = parse_page(html, response.final_url, budget=self._parse_budget)
             profile, extracted = profile_fields(self.profiles, task.url, html, self._parse_budget)
         if self._render_shells and task.queue != RENDER_KIND and looks_like_script_shell(html, page.text):
-            return to_render(self.topology, task, progress, SCRIPT_SHELL)  # RENDER=auto
+            return to_render(self.topology, task, progress, SCRIPT_SHELL, self.sent_to_render)  # RENDER=auto
         row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
         if self.archive is not None:  # written before the row goes to the store (worker/warc/archive.py)
             at = self.archive.record(response)
@@ -237,29 +260,36 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             )
         # Discovery: the page's links go out with its ack (worker/handling/discovered_links.py).
         then = after_storing(self.topology, task, page, response)
-        return self._store_later(task, row, response, progress, then)
+        return self.rows.store_later(
+            handling.delivery.body, task, row, response, progress, self.handled, then
+        )
 
-    def _mark_handling(self) -> None:
+    def _skip(
+        self, handling: Handling, task: CrawlTask, reason: str, detail: str, progress: Progress
+    ) -> Outcome:
+        return self.rows.skip(handling.delivery.body, task, reason, detail, progress, self.handled)
+
+    def _mark_handling(self, handling: Handling) -> None:
         """The "handling" marker (worker/handling/poison.py), once a handling: from here the handling may
         take the worker down, and a redelivery of the message counts."""
-        if self.delivery_limit is not None and not self._local.marked:
-            self.delivery_limit.mark_handling(self._local.delivery)
-            self._local.marked = True
+        if self.delivery_limit is not None and not handling.marked:
+            self.delivery_limit.mark_handling(handling.delivery)
+            handling.marked = True
 
-    def _robots_rules(self, url: str) -> RobotsRules | None:
+    def _robots_rules(self, handling: Handling, url: str) -> RobotsRules | None:
         if not self.settings.respect_robots:
             return None
         domain = domain_of(url)
 
         def fetch_robots(robots_url: str) -> RobotsAnswer:
-            self._mark_handling()  # robots.txt's answer is parsed next
+            self._mark_handling(handling)  # robots.txt's answer is parsed next
             return self.gate.call(domain, lambda: self.fetch.robots_txt(robots_url), spaced_from_answer=True)
 
         return self.robots.rules_for(url, fetch_robots)
 
-    def _response_for(self, url: str, rules: RobotsRules | None) -> Response:
+    def _response_for(self, handling: Handling, url: str, rules: RobotsRules | None) -> Response:
         """From the cache while fresh; else fetched (conditionally, if cached) through the gate."""
-        memo = self._local.delivery.memo
+        memo = handling.delivery.memo
         if back_with_its_slot(memo) and memo.cache_missed:
             # Back from a hold with its slot reserved, and the cache had nothing for it when it
             # came: it is fetched now, without reading the cache again (a polite crawl's every
@@ -267,19 +297,19 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             cached = None
         else:
             cached = self.cache.get(url)
-            self._local.cache_missed = cached is None
+            handling.cache_missed = cached is None
         if cached is not None and cached.fresh:
-            self._stop_if_settled_meanwhile()
+            self._stop_if_settled_meanwhile(handling)
             metrics.CACHE_HITS.inc()
             if self.delivery_limit is not None:
                 # The parse is the risk now, and no fetch will send the handling marker first.
-                self._mark_handling()
+                self._mark_handling(handling)
                 self.delivery_limit.before_risk()
             return cached.response
         crawl_delay_s = rules.crawl_delay_s if rules is not None else None
         fetched = self.gate.call(
             domain_of(url),
-            lambda: self._risky(lambda: self.fetch.page(url, cached)),
+            lambda: self._risky(handling, lambda: self.fetch.page(url, cached)),
             crawl_delay_s,
             may_hold=self.settings.max_hold_s > 0,
             slot=memo.slot if isinstance(memo, Waiting) else None,
@@ -302,12 +332,12 @@ class CrawlHandler(HoldsForSlots, StoresRows):
             self.cache.put(url, fetched)  # after a 304 too: the entry is fresh again
         return fetched
 
-    def _risky(self, send: Callable[[], T]) -> T:
+    def _risky(self, handling: Handling, send: Callable[[], T]) -> T:
         """Makes sure the message's handling marker is in Redis before the part that could kill
         the worker; and that the URL is still to be fetched, when its checks rode with the
         send's clearance."""
-        self._stop_if_settled_meanwhile()
+        self._stop_if_settled_meanwhile(handling)
         if self.delivery_limit is not None:
-            self._mark_handling()  # held already, unless _will_be_held guessed wrong
+            self._mark_handling(handling)  # held already, unless holds.will_be_held guessed wrong
             self.delivery_limit.before_risk()
         return send()

@@ -27,6 +27,7 @@ from worker.fetch.response import CacheEntry, Response
 from worker.handler import CrawlHandler
 from worker.handling.handled import HandledMarks
 from worker.handling.poison import DeliveryLimit
+from worker.handling.render_figures import RenderFigures
 from worker.parse.profiles import load_profiles
 from worker.politeness.config import PolitenessConfig
 from worker.politeness.gate import LEASE_MARGIN_S, DomainGate
@@ -163,5 +164,6 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         handled=HandledMarks(client, keys),
         # Its GET, once a second per run, carries the thread's held writes like any other.
         run_states=RunStates(client, keys),
+        sent_to_render=RenderFigures(client, keys).sent,  # RENDER=auto's figure of the run
         archive=archive,
     )

@@ -70,6 +70,9 @@ with open(sys.argv[1], "rb") as f:
     project = tomllib.load(f)
 for spec in project["project"]["dependencies"]:
     print(spec)
+# The image installs the dashboard's extra too (the Dockerfile's `pip install '.[dashboard]'`).
+for spec in project["project"]["optional-dependencies"]["dashboard"]:
+    print(spec)
 for spec in project["build-system"]["requires"]:
     print(spec)
 # The build backend's own wheel, and async-timeout, which redis-py needs on Python < 3.11.3

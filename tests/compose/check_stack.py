@@ -147,6 +147,8 @@ def write_env_file(path: Path) -> dict[str, str]:
         "WORKER_PROCESSES": str(WORKER_PROCESSES),
         "DEMO_PAGES_PER_HOST": str(DEMO_PAGES_PER_HOST),
         "DEMO_SLOW_MS": str(DEMO_SLOW_MS),
+        "DASHBOARD_TOKEN": secrets.token_urlsafe(32),
+        "DASHBOARD_PORT": str(free_port()),
     }
     lines = []
     for line in (REPO / ".env.example").read_text(encoding="utf-8").splitlines():
@@ -284,7 +286,7 @@ def metric_of(expr: str) -> str:
 
 # --- The scenario -------------------------------------------------------------------------------
 
-PIPELINE = ("rabbitmq", "redis", "postgres", "demo_site", "worker", "dlq_consumer")
+PIPELINE = ("rabbitmq", "redis", "postgres", "demo_site", "worker", "dlq_consumer", "dashboard")
 
 
 def scenario(stack: Stack, env: dict[str, str]) -> dict[str, float]:
@@ -304,6 +306,7 @@ def scenario(stack: Stack, env: dict[str, str]) -> dict[str, float]:
 
     figures["pages_per_s"] = check_nothing_lost_or_duplicated(stack, summary)
     check_up_again_seeds_nothing(stack, enqueued)
+    check_the_run_dashboard(env, enqueued)
     check_dashboard_has_data(stack, f"http://127.0.0.1:{env['PROMETHEUS_PORT']}", wall_start, wall_end)
     return figures
 
@@ -398,6 +401,27 @@ def check_up_again_seeds_nothing(stack: Stack, enqueued: int) -> None:
     check(enqueued_in_redis(stack) == enqueued, "the run's enqueued counters changed after seeding")
     check(accounted(stack) == enqueued, "outcomes changed after the run was accounted for")
     say("`up` with the run finished: the producer found it seeded; one run, sitemaps read once")
+
+
+def check_the_run_dashboard(env: dict[str, str], enqueued: int) -> None:
+    """The dashboard container: its run figures are the accounting's; without the token it
+    answers 401, and to a foreign Host header 400 (DNS rebinding)."""
+    base = f"http://127.0.0.1:{env['DASHBOARD_PORT']}"
+    token = {"Authorization": f"Bearer {env['DASHBOARD_TOKEN']}"}
+    run = requests.get(f"{base}/api/v1/runs/{RUN_ID}", headers=token, timeout=30).json()
+    check(run["enqueued"] == enqueued, f"dashboard: enqueued {run['enqueued']}, the producer said {enqueued}")
+    check(
+        run["stored"] + run["dead"] + run["skipped"] == enqueued and run["left"] == 0,
+        f"dashboard: the run's figures do not add up: {run['identity']}",
+    )
+    check(requests.get(f"{base}/api/v1/runs", timeout=10).status_code == 401, "dashboard: no token, no 401")
+    foreign = requests.get(f"{base}/healthz", headers={"Host": "evil.example"}, timeout=10)
+    check(foreign.status_code == 400, f"dashboard: a foreign Host got {foreign.status_code}")
+    stats = requests.get(f"{base}/stats", headers=token, timeout=30).json()
+    check(set(stats) == {"workers", "tasks", "throughput"}, f"dashboard: /stats is {stats}")
+    say(
+        f"dashboard: {run['stored']} stored, {run['dead']} dead, {run['skipped']} skipped, 401 and 400 as due"
+    )
 
 
 def check_dashboard_has_data(stack: Stack, prometheus: str, start: float, end: float) -> None:

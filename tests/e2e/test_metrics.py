@@ -60,6 +60,14 @@ def test_scraped_counters_equal_the_stored_and_dead_letter_counts(
 EXCUSED: dict[str, str] = {
     "crawl_holds": "MAX_HOLD_S=0 here; moved in tests/e2e/test_held_urls.py",
     "crawl_messages_held": "MAX_HOLD_S=0 here; moved in tests/e2e/test_held_urls.py",
+    "crawl_proxy_failures": "no proxy here; moved in tests/integration/test_socks_proxy.py",
+    "crawl_proxy_usable": "no proxy here; moved in tests/integration/test_socks_proxy.py",
+    # The renderer's: this crawl has no browser and RENDER is off (tests/renderer, which need
+    # chromium, run the renderer: make test-renderer).
+    "crawl_renders": "no renderer here",
+    "crawl_render_requests_refused": "no renderer here",
+    "crawl_browser_rss_bytes": "no renderer here",
+    "crawl_sent_to_render": "RENDER is off here",
 }
 ETAG = '"v1"'
 SLOW_PAGE_S = 0.3  # long enough for a scrape to find fetches in flight

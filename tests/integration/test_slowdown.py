@@ -4,6 +4,8 @@ a recovery along the cubic that ends with the key."""
 
 from __future__ import annotations
 
+import itertools
+import random
 import time
 from collections.abc import Iterator
 
@@ -90,3 +92,24 @@ def test_the_cubic_lingers_near_the_rate_that_was_refused() -> None:
     assert rate_fraction(0.4, k, 30) == pytest.approx(0.4)
     assert rate_fraction(0.4, k - 3, 30) > 0.399 and rate_fraction(0.4, k + 3, 30) < 0.401
     assert rate_fraction(0.4, 3 * k, 30) == 1.0
+
+
+def test_rate_jitter_spreads_the_slots_between_one_and_one_and_a_half_intervals(
+    client: redis.Redis, settings: Settings
+) -> None:
+    keys = Keys(settings.redis_prefix)
+
+    def slots(limiter: RateLimiter, domain: str) -> list[float]:
+        """The gaps, in seconds, between the slots 40 reservations in a row were given."""
+        times = []
+        for _ in range(40):
+            limiter.reserve(domain, 10.0, max_wait_s=10.0)
+            times.append(int(client.get(keys.rate(domain)) or 0) / 1e6)  # the TAT after each
+        return [later - earlier for earlier, later in itertools.pairwise(times)]
+
+    jittered = slots(RateLimiter(client, keys, jitter=0.5, rng=random.Random(7)), "e.example")
+    # 100 ms apart at 10/s (a call takes far less), each lengthened by a random share of up to half.
+    assert all(0.0999 < gap < 0.1501 for gap in jittered), jittered
+    assert max(jittered) - min(jittered) > 0.03  # not evenly spaced
+    even = slots(RateLimiter(client, keys), "f.example")
+    assert all(abs(gap - 0.1) < 1e-5 for gap in even), even

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY
 
 from bench.site import LoggedSite, pages_route
 from shared.postgres import db
@@ -57,12 +58,17 @@ def test_a_refused_socks_login_is_a_proxy_failure(
     polite: Settings, socks: SocksProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     wrong = socks.url().replace(PASSWORD, "wrong")
-    settings = dataclasses.replace(polite, proxies=wrong, max_attempts=1)
+    settings = dataclasses.replace(polite, proxies=wrong, max_attempts=1, proxy_max_failures=1)
     caplog.set_level(logging.INFO)
     with LoggedSite(pages_route) as site:
         report = crawl_in_threads(settings, [site.url("/a")], threads=1, run_s=10)
         assert site.hits == []
     assert socks.refused_logins >= 1
     assert report.dead == [site.url("/a")]  # robots.txt unreachable through the refusing proxy
-    assert f"proxy socks5h://127.0.0.1:{socks.port} failed: proxy_error" in caplog.text
+    label = f"socks5h://127.0.0.1:{socks.port}"
+    assert f"proxy {label} benched after repeated failures: proxy_error" in caplog.text
+    # The proxy's health as metrics: its failures counted, and (benched by the first) not usable.
+    failures = REGISTRY.get_sample_value("crawl_proxy_failures_total", {"proxy": label})
+    assert failures == socks.refused_logins >= 1
+    assert REGISTRY.get_sample_value("crawl_proxy_usable", {"proxy": label}) == 0
     assert "crawler:" not in caplog.text and PASSWORD not in caplog.text

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.script_site import SITE_HOST, Canary, ScriptSite
 from renderer.engine import RenderEngine
 from renderer.watchdog import Watchdog
 from shared.http.netguard import AddressGuard, address_policy
 from shared.settings import Settings
-from tests.renderer.script_site import SITE_HOST, Canary, ScriptSite
 
 
 @pytest.fixture

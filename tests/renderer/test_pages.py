@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from bench.script_site import Canary, ScriptSite
 from renderer.engine import RenderEngine
 from renderer.page import RenderCrashed, RenderRefused
 from renderer.watchdog import Watchdog
 from shared.http.netguard import AddressGuard, address_policy
 from tests.renderer.conftest import render_settings
-from tests.renderer.script_site import Canary, ScriptSite
 from worker.parse.page import parse_page
 
 pytestmark = pytest.mark.timeout(120)

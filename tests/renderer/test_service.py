@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.script_site import SITE_HOST, Canary, ScriptSite
 from ops.accounting import account
 from renderer.processes import all_processes, browser_groups, descendants, group_members, read_process
 from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
-from tests.renderer.script_site import SITE_HOST, ScriptSite
 
 pytestmark = pytest.mark.timeout(240)
 STRAY_GRACE_S = 30.0
@@ -100,3 +100,44 @@ def test_a_rendered_run_is_accounted_and_a_killed_renderer_leaves_no_chromium(
                 process.terminate()
                 process.wait(timeout=30)
         logs.close()
+
+
+def test_render_auto_sends_only_the_script_shell_on_and_the_run_counts_it(
+    settings: Settings, canary: Canary, tmp_path: Path
+) -> None:
+    db.ensure_schema(settings)
+    site = ScriptSite(canary, ("/content", "/plain"))
+    env = service_env(settings, FETCH_ALLOWLIST=f"{SITE_HOST}/32", RENDER="auto", RENDER_DEADLINE_S="6")
+    logs = (tmp_path / "services.log").open("w")
+    services = [
+        subprocess.Popen([sys.executable, "-m", module], env=env, stdout=logs, stderr=logs)
+        for module in ("worker", "renderer", "dlq_consumer")
+    ]
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "producer", "--run-id", "auto", "--sitemap", site.url("/sitemap.xml")],
+            env=env,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        report = subprocess.run(
+            [sys.executable, "-m", "ops.run_report", "--run", "auto", "--wait", "90"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert report.returncode == 0, report.stdout + report.stderr + (tmp_path / "services.log").read_text()
+        assert "accounted for          2 of 2: ok" in report.stdout
+        assert "sent to render         1   (script shell 1)" in report.stdout
+        texts = rows(settings, "SELECT url, body_text FROM pages WHERE run_id = %s", "auto")
+        assert "content inserted by a script" in str(texts[site.url("/content")])  # rendered
+        assert "no script needed" in str(texts[site.url("/plain")])  # as the worker fetched it
+    finally:
+        for process in services:
+            process.terminate()
+        for process in services:
+            process.wait(timeout=30)
+        logs.close()
+        site.close()

@@ -76,7 +76,7 @@ def test_a_request_without_a_run_id_gets_a_new_one() -> None:
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ({}, "no URL: give at least one of sitemaps, urls or site"),
+        ({}, "no URL: give at least one of sitemaps, urls, site or start_urls"),
         ({"sitemaps": []}, "no URL"),
         ({"urls": ["not a url"]}, "urls[0] 'not a url': "),
         (

@@ -18,13 +18,16 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
+from ops.dashboard.config import DashboardSettings
 from shared import metrics
 from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 BACKING_SERVICES = ("rabbitmq", "redis", "postgres")
 PIPELINE_SERVICES = ("producer", "producer_service", "worker", "dlq_consumer")
-APP_MODULES = {"producer", "worker", "dlq_consumer", "demo_site"}
+APP_MODULES = {"producer", "worker", "dlq_consumer", "demo_site", "renderer"}
+# Operator commands compose runs as services beside the pipeline.
+OPERATOR_MODULES = {"ops.dashboard"}
 # Variables only compose reads (to configure RabbitMQ, PostgreSQL and Grafana, and build the URLs).
 COMPOSE_CREDENTIALS = {
     "RABBITMQ_DEFAULT_USER",
@@ -45,11 +48,13 @@ SECRETS_NEEDED = {
     "rabbitmq": {"RABBITMQ_DEFAULT_PASS"},
     "postgres": {"POSTGRES_PASSWORD"},
     "grafana": {"GRAFANA_ADMIN_PASSWORD"},
+    "dashboard": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD", "DASHBOARD_TOKEN"},
     "producer": {"RABBITMQ_DEFAULT_PASS"},
     "producer_service": {"RABBITMQ_DEFAULT_PASS"},
     "worker": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "worker-priority": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "dlq_consumer": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
+    "renderer": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
 }
 # The service addresses, which compose builds for each pipeline service itself.
 SERVICE_URLS = {"AMQP_URL", "REDIS_URL", "DATABASE_URL"}
@@ -67,6 +72,9 @@ RABBITMQ_QUEUE_METRICS = {
     "rabbitmq_detailed_queue_consumers": "queue_consumer_count",
 }
 SETTINGS_VARS = {f.name.upper() for f in dataclasses.fields(Settings)}
+# The dashboard's own settings (ops/dashboard/config.py): only its container gets them.
+DASHBOARD_VARS = {f"DASHBOARD_{f.name.upper()}" for f in dataclasses.fields(DashboardSettings)}
+DASHBOARD_SECRETS = {"DASHBOARD_TOKEN", "DASHBOARD_VIEW_TOKEN"}
 REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<rule>:[-?])?(?P<word>[^}]*)\}")
 
 
@@ -242,8 +250,8 @@ def test_each_container_gets_only_the_passwords_it_needs(services: dict[str, dic
     for name, service in services.items():
         assert "env_file" not in service, f"{name}: env_file hands it every password in .env"
         seen = json.dumps({k: interpolate(v) for k, v in environment(service).items()})
-        passwords = COMPOSE_CREDENTIALS - {"RABBITMQ_DEFAULT_USER"}
-        given = {secret for secret in passwords if values[secret] in seen}
+        passwords = (COMPOSE_CREDENTIALS | DASHBOARD_SECRETS) - {"RABBITMQ_DEFAULT_USER"}
+        given = {secret for secret in passwords if values[secret] and values[secret] in seen}
         assert given == SECRETS_NEEDED.get(name, set()), f"{name} gets {given}"
 
 
@@ -274,8 +282,8 @@ def test_app_commands_run_a_package_of_this_repository(
     for name, service in app_services(services).items():
         words = command(service)
         assert words[:2] == ["python", "-m"], f"{name}: command {words} is not python -m <package>"
-        assert words[2] in APP_MODULES, f"{name}: unexpected module {words[2]}"
-        assert (REPO / words[2] / "__main__.py").is_file(), f"{name}: {words[2]}/__main__.py missing"
+        assert words[2] in APP_MODULES | OPERATOR_MODULES, f"{name}: unexpected module {words[2]}"
+        assert module_source(words[2]).is_file(), f"{name}: {words[2]} has no __main__.py"
 
 
 def module_source(module: str) -> Path:
@@ -309,7 +317,7 @@ def modules_started_by_makefile(text: str) -> set[str]:
 def test_compose_runs_the_same_modules_as_the_makefile(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    in_compose = {command(service)[2] for service in app_services(services).values()}
+    in_compose = {command(service)[2] for service in app_services(services).values()} - OPERATOR_MODULES
     assert in_compose == APP_MODULES
     makefile = REPO / "Makefile"
     if not makefile.exists():
@@ -336,17 +344,18 @@ def test_pipeline_services_reach_the_compose_services(
 
 
 def test_compose_names_only_known_variables(services: dict[str, dict[str, Any]]) -> None:
-    known = SETTINGS_VARS | COMPOSE_CREDENTIALS
+    known = SETTINGS_VARS | COMPOSE_CREDENTIALS | DASHBOARD_VARS
     for name, service in app_services(services).items():
         unknown = set(environment(service)) - known
         assert not unknown, f"{name}: environment has variables no setting reads: {unknown}"
     referenced = {match["name"] for match in REFERENCE.finditer(compose_text())}
-    assert referenced <= SETTINGS_VARS | COMPOSE_ONLY, referenced - SETTINGS_VARS - COMPOSE_ONLY
+    allowed = SETTINGS_VARS | COMPOSE_ONLY | DASHBOARD_VARS
+    assert referenced <= allowed, referenced - allowed
     assert referenced >= COMPOSE_ONLY
 
 
 def test_env_example_names_only_known_variables() -> None:
-    unknown = set(env_example()) - SETTINGS_VARS - COMPOSE_ONLY
+    unknown = set(env_example()) - SETTINGS_VARS - COMPOSE_ONLY - DASHBOARD_VARS
     assert not unknown, f".env.example has variables no setting reads: {unknown}"
 
 
@@ -403,7 +412,8 @@ def test_dockerfile_installs_the_project_from_pyproject() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["readme"] in copied
     runs = [rest for keyword, rest in instructions if keyword == "RUN"]
-    assert any(re.search(r"pip install (\S+ )*\.(\s|$)", run) for run in runs)
+    # `.` or `.[extras]`, quoted or not: the project itself, with the dashboard's extra.
+    assert any(re.search(r"pip install (\S+ )*'?\.(\[[a-z,]+\])?'?(\s|;|$)", run) for run in runs)
 
 
 def test_dockerfile_runs_as_a_non_root_user() -> None:
@@ -466,6 +476,9 @@ def test_monitoring_services_run_only_under_their_profile(services: dict[str, di
     for name, service in services.items():
         if name in MONITORING_SERVICES:
             assert service.get("profiles") == ["monitoring"], f"{name} must run only with the profile"
+        elif name == "renderer":
+            # Optional: its image carries a browser, built only when pages need rendering.
+            assert service.get("profiles") == ["render"], "the renderer runs only with its profile"
         elif name in DEDICATED_WORKERS:
             assert service.get("profiles") == ["dedicated"], f"{name} must run only with the profile"
         else:

@@ -8,11 +8,14 @@ from collections.abc import Sequence
 
 import pytest
 
+from producer.discovery_args import DiscoveryArgs
 from producer.discovery_scope import DiscoveryOptions, Scope
 from producer.frontier import LINKS_SEEN, Frontier, reason_counter
 from producer.pipeline_types import Counts
+from producer.serve import options_for
 from producer.sitemaps import SitemapEntry
 from shared.amqp.topology import build_topology, discovery_exchange
+from shared.crawl_request import CrawlRequest, InvalidRequest, check
 from shared.errors import BlockedAddress, ConfigError, DecodeError
 from shared.links_message import PageLinks
 from shared.messages import CrawlTask
@@ -305,3 +308,38 @@ def test_a_stored_page_sends_its_links_only_in_a_discovery_run() -> None:
         final_url=f"{SITE}/", status=200, content_type=None, body=b"", robots_tag="noarchive, nofollow"
     )
     assert after_storing(topology, discovering, page, told).publications == ()
+
+
+def test_a_crawl_request_carries_the_discovery_fields_to_the_producer_options() -> None:
+    body = {
+        "run_id": "r1",
+        "start_urls": [f"{SITE}/"],
+        "max_depth": 2,
+        "scope": "domain",
+        "include": ["/docs/"],
+        "exclude": [r"\.pdf$"],
+        "max_pages": 50,
+        "max_pages_per_host": 10,
+    }
+    request = CrawlRequest.decode(CrawlRequest.from_json(body, lambda: "unused").encode())
+    check(request, lambda url: None)
+    given = options_for(request).discovery
+    assert given == DiscoveryArgs((f"{SITE}/",), 2, "domain", ("/docs/",), (r"\.pdf$",), 50, 10)
+    assert CrawlRequest.from_json({"sitemaps": [f"{SITE}/s.xml"]}, lambda: "r2").max_depth is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("max_depth", -1, "max_depth: expected a whole number"),
+        ("max_pages", "many", "max_pages: expected a whole number"),
+        ("scope", "planet", "scope: expected one of host, domain, prefix"),
+        ("include", ["("], "include '(': not a regular expression"),
+    ],
+)
+def test_a_crawl_request_with_bad_discovery_fields_is_refused_in_one_line(
+    field: str, value: object, named: str
+) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        CrawlRequest.from_json({"start_urls": [f"{SITE}/"], field: value}, lambda: "r3")
+    assert named in str(caught.value)

@@ -72,6 +72,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     ),
     "renderer": SHARED | {"worker", "worker.fetch", "worker.politeness", "worker.store"},
     "ops": SHARED | SERVICES | WORKER_PARTS | {"demo_site"},
+    # The web dashboard: built on the operator commands' readers and the dead-letter store; no
+    # other part of the project imports it (nor starlette, jinja2 or uvicorn).
+    "ops.dashboard": SHARED | {"ops", "dlq_consumer"},
 }
 
 

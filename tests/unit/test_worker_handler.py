@@ -813,13 +813,13 @@ def test_every_skip_reason_given_is_listed_for_its_metric_series() -> None:
     """SKIP_REASONS starts each reason's series at 0 (worker/handler.py): a reason passed to
     _skip() anywhere in worker/ but missing from it would be born at its first skip, which
     increase() cannot see."""
-    given = {
-        call.args[1].value
+    given = {  # _skip(handling, task, reason, detail, progress)
+        call.args[2].value
         for call in calls("worker")
         if isinstance(call.func, ast.Attribute)
         and call.func.attr == "_skip"
-        and len(call.args) > 1
-        and isinstance(call.args[1], ast.Constant)
+        and len(call.args) > 2
+        and isinstance(call.args[2], ast.Constant)
     }
     assert given
     assert given <= set(handler.SKIP_REASONS)
@@ -985,5 +985,5 @@ def test_a_url_is_parked_only_behind_a_slot_beyond_the_inline_wait(
     settings: Settings, slot_in_s: float, parks: bool
 ) -> None:
     rig = make(FakeFetch([]), settings=settings)
-    rig.handler._slots_held["a.test"] = time.monotonic() + slot_in_s  # as _wait_here leaves it
+    rig.handler.holds._slots_held["a.test"] = time.monotonic() + slot_in_s  # as wait_here leaves it
     assert (rig.handler.parked(delivery(url="http://a.test/p2")) is not None) == parks

@@ -10,6 +10,7 @@ consumer), from the topology, the retry delays and the worker's id.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from shared import metrics
 from shared.amqp.broker import Publication
@@ -124,11 +125,20 @@ def dead_letter(
     )
 
 
-def to_render(topology: Topology, task: CrawlTask, progress: Progress, reason: str) -> Outcome:
+def to_render(
+    topology: Topology,
+    task: CrawlTask,
+    progress: Progress,
+    reason: str,
+    count: Callable[[str, str], None] | None = None,
+) -> Outcome:
     """A page only a browser can build (RENDER=auto): to the render queue as a task of kind
-    `render`, its attempts so far kept; acked once the copy is confirmed, like a retry."""
+    `render`, its attempts so far kept; acked once the copy is confirmed, like a retry.
+    `count` adds it to the run's figures (worker/render_figures.py)."""
     log.info("sending %s run=%s to be rendered (%s)", task.url, task.run_id, reason, extra=log_context(task))
     metrics.SENT_TO_RENDER.labels(reason).inc()
+    if count is not None:
+        count(task.run_id, reason)
     return Outcome.forward(
         Publication(
             work_exchange(topology.namespace),

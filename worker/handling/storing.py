@@ -2,14 +2,13 @@
 its extraction profile's), handed to the store with the message acked once the row is
 committed, or the row of a URL skipped (disallowed by robots.txt, a blocked address, a
 cancelled run). worker/handler.py fetches and parses the page and decides which row a URL
-gets; building and handing over the row is here.
+gets; building and handing over the row is here, in StoredRows, which the handler holds.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import threading
 from typing import Any
 
 from shared import metrics
@@ -79,32 +78,30 @@ def profile_fields(
         return None, {}
 
 
-class StoresRows:
-    """CrawlHandler's hand-over of its rows to the store. A base class of the handler rather
-    than an object of its own, so that these stay the plain method calls they were on the
-    handling's path; they read the handler's settings, topology, store, handled marks and the
-    delivery in hand (`_local`)."""
+class StoredRows:
+    """The hand-over of a handled URL's row to the store, held by CrawlHandler: a page's row,
+    acked once committed, or a skip's. `handled` is the handler's marks of URLs settled (None:
+    none kept), named with each call because the handler's may change."""
 
-    settings: Settings
-    topology: Topology
-    store: Store
-    handled: Handled | None
-    _local: threading.local
+    def __init__(self, settings: Settings, topology: Topology, store: Store) -> None:
+        self.settings = settings
+        self.topology = topology
+        self.store = store
 
-    def _store_later(
+    def store_later(
         self,
+        body: bytes,
         task: CrawlTask,
         row: PageRow,
         response: Response,
         progress: Progress,
+        handled: Handled | None,
         then: Outcome | None = None,
     ) -> Outcome:
         """Hand the row to the store and go on: the message is acked once its row is committed.
         The store keeps the row through a short database outage, so the page is not fetched
         again; past that the message goes back to its queue."""
         settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-
-        body = self._local.delivery.body
 
         def committed(error: BaseException | None) -> None:  # on the store's writer thread
             if isinstance(error, UnstorableRow):  # dead-lettered; acked once that is confirmed
@@ -125,8 +122,8 @@ class StoresRows:
                 # Not marked while its links are still to be confirmed: a mark that landed first
                 # would make a redelivery after a crash skip the page, and its links with it. A
                 # second copy is then fetched and stored again (one row all the same).
-                if self.handled is not None and (then is None or not then.publications):
-                    self.handled.mark_later(task)
+                if handled is not None and (then is None or not then.publications):
+                    handled.mark_later(task)
                 log.info(
                     "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
                     task.url,
@@ -143,21 +140,29 @@ class StoresRows:
         self.store.save_page_later(row, committed)
         return Outcome.after(settled)
 
-    def _skip(self, task: CrawlTask, reason: str, detail: str, progress: Progress) -> Outcome:
+    def skip(
+        self,
+        body: bytes,
+        task: CrawlTask,
+        reason: str,
+        detail: str,
+        progress: Progress,
+        handled: Handled | None,
+    ) -> Outcome:
         try:
             self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
         except UnstorableRow as exc:
             return dead_letter(
                 self.topology,
                 self.settings.worker_id,
-                self._local.delivery.body,
+                body,
                 task.queue,
                 progress,
                 exc,
                 task.url,
             )
-        if self.handled is not None:
-            self.handled.mark_later(task)
+        if handled is not None:
+            handled.mark_later(task)
         metrics.SKIPS.labels(reason).inc()
         log.info("skipped %s run=%s: %s (%s)", task.url, task.run_id, reason, detail, extra=log_context(task))
         return Outcome.done()

@@ -1,6 +1,6 @@
 """A URL that waits in this worker for its domain, rather than going back to the broker: what
-its delivery carries while it waits (Waiting, Parked), and the part of the handler that holds
-it (HoldsForSlots): a URL the domain cannot take for a short while is held unacked until it
+its delivery carries while it waits (Waiting, Parked), and the part the handler holds that
+holds it (SlotHolds): a URL the domain cannot take for a short while is held unacked until it
 can, its slot reserved when the gate could, and a URL that comes while its domain's slot is
 held here is parked behind that slot before any handling. worker/handler.py decides when a URL
 waits here; a longer wait goes to a defer queue (worker/handling/forwards.py).
@@ -8,7 +8,6 @@ waits here; a longer wait goes to a defer queue (worker/handling/forwards.py).
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from typing import TypeGuard
@@ -26,7 +25,7 @@ from worker.handling.log import log
 # waiting for its domain is held or deferred for one of these.
 WAIT_REASONS = ("rate", "busy", "paused", "spacing", "robots_pending", "proxies_benched")
 
-# Domains whose held slots a worker remembers (CrawlHandler._will_be_held) before it forgets
+# Domains whose held slots a worker remembers (SlotHolds.will_be_held) before it forgets
 # the ones whose slots have passed.
 SLOTS_REMEMBERED = 4096
 
@@ -62,27 +61,24 @@ def back_with_its_slot(memo: object) -> TypeGuard[Waiting]:
     return isinstance(memo, Waiting) and memo.slot is not None
 
 
-class HoldsForSlots:
-    """CrawlHandler's holds in this worker: the slots it holds URLs for, domain by domain, and
-    the URLs parked behind them. A base class of the handler rather than an object of its own,
-    so that these stay the plain method calls they were on the handling's path; they read the
-    handler's settings and the delivery in hand (`_local`), and keep `_slots_held`."""
+class SlotHolds:
+    """The holds in this worker, held by CrawlHandler (worker/handler.py): the slots it holds
+    URLs for, domain by domain, and the URLs parked behind them."""
 
-    settings: Settings
-    _local: threading.local
-    # Domain -> when the furthest slot this worker holds a URL for comes (time.monotonic()).
-    # Replaced, never pruned in place: handler threads read it without a lock.
-    _slots_held: dict[str, float]
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        # Domain -> when the furthest slot this worker holds a URL for comes (time.monotonic()).
+        # Replaced, never pruned in place: handler threads read it without a lock.
+        self._slots_held: dict[str, float] = {}
 
-    def _will_be_held(self, url: str) -> bool:
-        """Whether this URL, just come, will be held for its domain's slot: this worker holds
-        another URL of the domain for a slot further off than the inline wait, and the
-        limiter's slots only move on, so the URL's own comes later still. Such a handling only
-        reserves its slot and risks nothing, so it leaves no "handling" marker, which would have
-        cost a polite page a round trip of its own to take away again when the thread went
-        idle. A guess that proves wrong costs only that: the marker goes before any fetch or
-        parse (_mark_handling)."""
-        memo = self._local.delivery.memo
+    def will_be_held(self, memo: object, url: str) -> bool:
+        """Whether this URL, just come (its delivery's `memo`), will be held for its domain's
+        slot: this worker holds another URL of the domain for a slot further off than the inline
+        wait, and the limiter's slots only move on, so the URL's own comes later still. Such a
+        handling only reserves its slot and risks nothing, so it leaves no "handling" marker,
+        which would have cost a polite page a round trip of its own to take away again when the
+        thread went idle. A guess that proves wrong costs only that: the marker goes before any
+        fetch or parse (CrawlHandler._mark_handling)."""
         if self.settings.max_hold_s <= 0 or back_with_its_slot(memo):
             return False  # a held URL's send
         if isinstance(memo, Parked):
@@ -123,12 +119,13 @@ class HoldsForSlots:
             self._slots_held = {known: due for known, due in list(self._slots_held.items()) if due > now}
         self._slots_held[domain] = now + wait_s
 
-    def _wait_here(self, task: CrawlTask, later: TryLater, waiting: Waiting) -> Outcome:
+    def wait_here(self, task: CrawlTask, later: TryLater, waiting: Waiting, cache_missed: bool) -> Outcome:
         """Kept unacked in this worker until the domain can take it, its slot (if reserved)
         with it; the fetch thread goes on meanwhile, and a crash gives the URL back to the
-        broker like any message in flight."""
+        broker like any message in flight. `cache_missed`: the response cache had nothing for
+        the URL when it came."""
         log.debug("holding %s for %.3f s (%s)", task.url, later.wait_s, later.reason)
         metrics.HOLDS.labels(later.reason).inc()
         if later.slot is not None:
             self._note_slot_held(later.slot.domain, later.wait_s)
-        return Outcome.hold(later.wait_s, Waiting(waiting.since, later.slot, self._local.cache_missed))
+        return Outcome.hold(later.wait_s, Waiting(waiting.since, later.slot, cache_missed))

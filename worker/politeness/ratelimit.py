@@ -134,7 +134,7 @@ class RateLimiter:
         """Reserve the domain's next slot if it comes within `max_wait_s`.
 
         `burst` requests may go back to back after an idle spell; after that they are spaced
-        1/rate_per_s apart (times the backoff multiplier), and none before a pause ends. With
+        1/rate_per_s apart (stretched by the slow-down), and none before a pause ends. With
         `max_concurrent` > 0 a lease is taken too, refused (reason 'busy') when that many are
         held; it lasts the wait plus `lease_s`, or until `release`. With reserved=True the
         caller sleeps `wait_s`, then fetches. A slot more than `lease_within_s` away (when

@@ -1,14 +1,14 @@
 """A local site of pages that scripts build, on a loopback address of its own, and a canary: a
-listener on another loopback address that counts every connection made to it."""
+listener on another loopback address that counts every connection made to it. The renderer's
+tests (tests/renderer), its soak (bench/render_soak.py) and its benchmark (bench/render_bench.py)
+use it."""
 
 from __future__ import annotations
 
 import socket
 import threading
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-from tests.local_site import QuietHandler
 
 SITE_HOST, CANARY_HOST = "127.0.0.5", "127.0.0.6"  # the tests allow the first, never the second
 
@@ -34,6 +34,7 @@ const kept = []; for (;;) { kept.push(new Array(1e6).fill(Math.random())); }
     "/away": """<div id="root">leaving</div><script>
 setTimeout(() => { location.href = '/content'; }, 50);
 </script>""",
+    "/plain": "<h1>Plain</h1><p>" + "A page a worker stores as it comes, no script needed. " * 20 + "</p>",
     "/hostile": """<div id="root">hostile</div>
 <iframe src="http://CANARY/frame"></iframe><img src="http://CANARY/image.png">
 <script>
@@ -45,7 +46,26 @@ setTimeout(() => { location.href = 'http://CANARY/away'; }, 200);
 }
 
 
-class ScriptHandler(QuietHandler):
+BENCH_CYCLE = ("/content", "/links", "/popup", "/away")
+
+
+class ScriptHandler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silenced: the site counts requests itself."""
+
+    def send(self, status: int, content_type: str, body: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            self.close_connection = True
+
     def do_GET(self) -> None:
         site: ScriptSite = self.server.site
         path = self.path.split("?", 1)[0]
@@ -58,16 +78,22 @@ class ScriptHandler(QuietHandler):
             self.send(200, "application/xml", body.encode())
         elif path == "/tick":
             self.send(200, "text/plain", b"tick")
+        elif path.startswith("/p/") and path[3:].isdigit():  # many pages, for the benchmark
+            self.page(BENCH_CYCLE[int(path[3:]) % len(BENCH_CYCLE)], site)
         elif path in PAGES:
-            script = PAGES[path].replace("CANARY", site.canary_address)
-            body = f"<!doctype html><html><head><title>{path[1:]}</title></head><body>{script}</body></html>"
-            self.send(200, "text/html; charset=utf-8", body.encode())
+            self.page(path, site)
         else:
             self.send(404, "text/plain", b"no such page")
+
+    def page(self, path: str, site: ScriptSite) -> None:
+        script = PAGES[path].replace("CANARY", site.canary_address)
+        body = f"<!doctype html><html><head><title>{path[1:]}</title></head><body>{script}</body></html>"
+        self.send(200, "text/html; charset=utf-8", body.encode())
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    site: ScriptSite
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A browser that hangs up is not an error here."""
@@ -101,7 +127,7 @@ class ScriptSite:
         self.sitemap_paths = sitemap_paths
         self.requests: list[str] = []
         self._server = _Server((SITE_HOST, 0), ScriptHandler)
-        self._server.site = self  # type: ignore[attr-defined]
+        self._server.site = self
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 

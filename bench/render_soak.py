@@ -1,0 +1,126 @@
+"""The renderer's soak: many renders through one engine, its memory sampled, its browsers counted
+after the stop.
+
+    python -m bench.render_soak [--renders 2000] [--concurrency 4]
+
+The renders cycle over the script-built pages of bench/script_site.py (content and links built
+by scripts, a popup, a page that navigates away, and every 50th a page that allocates until its
+renderer process crashes). Every `--sample-every` renders it reads the memory of the renderer's
+whole tree: this process, the Playwright driver, and the browser (PSS, so pages the processes
+share count once). It prints the samples, the growth over the second half (the last sample
+against the one at the half, and a least-squares slope in MB per 1,000 renders), and the
+Chromium processes left once the engine and its watchdog have stopped, which must be 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from bench.script_site import SITE_HOST, Canary, ScriptSite
+from renderer.engine import RenderEngine
+from renderer.page import RenderCrashed
+from renderer.processes import all_processes, descendants, proportional_bytes
+from renderer.watchdog import Watchdog
+from shared.errors import TaskError
+from shared.http.netguard import AddressGuard, address_policy
+from shared.settings import Settings
+
+CYCLE = ("/content", "/links", "/popup", "/away")
+CRASH_EVERY = 50
+
+
+def tree_memory_mb() -> float:
+    """This process and everything below it (the driver, the browser, the watchdog)."""
+    pids = [os.getpid(), *(p.pid for p in descendants(os.getpid()))]
+    return sum(proportional_bytes(pid) for pid in pids) / 2**20
+
+
+def slope_mb_per_1000(points: list[tuple[int, float]]) -> float:
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    covariance = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    variance = sum((x - mean_x) ** 2 for x, _ in points) or 1.0
+    return covariance / variance * 1000
+
+
+def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]:
+    canary = Canary()
+    site = ScriptSite(canary)
+    settings = dataclasses.replace(
+        Settings.from_env({"FETCH_ALLOWLIST": f"{SITE_HOST}/32", "RENDER_DEADLINE_S": "10"}),
+        render_concurrency=concurrency,
+    )
+    watchdog = Watchdog.start()
+    engine = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
+    outcomes: dict[str, int] = {}
+    samples: list[tuple[int, float]] = []
+    browsers_seen: set[int] = set()
+    details: dict[str, str] = {}  # the first error of each kind, for a person to read
+
+    def one(index: int) -> str:
+        path = "/memory" if index % CRASH_EVERY == CRASH_EVERY - 1 else CYCLE[index % len(CYCLE)]
+        try:
+            engine.render(site.url(path))
+        except RenderCrashed as exc:
+            if path != "/memory":
+                details.setdefault(f"crashed on {path}", str(exc)[:300])
+            return "crashed" if path == "/memory" else "crashed_unexpectedly"
+        except TaskError as exc:
+            details.setdefault(exc.reason, str(exc)[:300])
+            return exc.reason
+        return "ok" if path != "/memory" else "memory_page_survived"
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        for done, outcome in enumerate(pool.map(one, range(renders)), 1):
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if done % sample_every == 0:
+                samples.append((done, round(tree_memory_mb(), 1)))
+                browsers_seen |= {p.pgid for p in descendants(os.getpid()) if p.pid == p.pgid}
+    elapsed_s = time.monotonic() - started
+    assert engine.pool is not None
+    figures = dataclasses.asdict(engine.pool.figures)
+    engine.close()
+    watchdog.stop()
+    site.close()
+    canary.close()
+    left = [p.pid for p in all_processes() if p.pgid in browsers_seen]
+    second_half = [point for point in samples if point[0] > renders // 2]
+    half = min(samples, key=lambda point: abs(point[0] - renders // 2)) if samples else (0, 0.0)
+    return {
+        "renders": renders,
+        "concurrency": concurrency,
+        "seconds": round(elapsed_s, 1),
+        "pages_per_s": round(renders / elapsed_s, 2),
+        "outcomes": outcomes,
+        "errors": details,
+        "pool": figures,
+        "memory_mb_samples": samples,
+        "second_half_growth_mb": round(samples[-1][1] - half[1], 1) if samples else 0.0,
+        "second_half_slope_mb_per_1000": round(slope_mb_per_1000(second_half), 1),
+        "chromium_processes_after_stop": len(left),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.render_soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--renders", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--sample-every", type=int, default=100)
+    args = parser.parse_args(argv)
+    result = soak(args.renders, args.concurrency, max(1, args.sample_every))
+    print(json.dumps(result, indent=1))
+    return 0 if result["chromium_processes_after_stop"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
