@@ -38,7 +38,7 @@ ALWAYS_500 = 10
 WORKERS = 2
 SITEMAPS = 20  # each read with a pause, so that a publish takes a while and kills land inside it
 RUN = "killed-producer"
-STATS_SETTLE_S = 30.0  # the management API's statistics lag the broker by a few seconds
+STATS_SETTLE_S = 60.0  # the management API's statistics lag the broker, by over 11 s under load
 STATS_POLL_S = 5.5
 DRAIN_S = 120.0  # after every URL has its outcome, for the copies still queued behind them
 
@@ -166,24 +166,19 @@ def test_sigkilled_producer_rerun_at_once_loses_and_doubles_nothing(
 
 def broker_publish_count(settings: Settings, expected: int) -> int | None:
     """RabbitMQ's own count of the messages routed into the work queues (management API), once
-    its statistics, refreshed every few seconds, reach `expected` or stop changing; None when the
-    API does not answer."""
+    its statistics, refreshed every few seconds, reach `expected`, or as they stand after
+    STATS_SETTLE_S; None when the API does not answer. No worker runs while it is read, so the
+    true count is fixed: a figure that holds still below it is a stale sample (seen under CI's
+    load for over 11 s), not an answer, and only the deadline ends the wait."""
     get = management.getter(settings)
     if not management.answers(settings, get):
         return None
     queues = build_topology(settings).work_queues()
     deadline = time.monotonic() + STATS_SETTLE_S
-    last = None
     while True:
         count = management.published_into(settings, get, queues)
         if count == expected or time.monotonic() > deadline:
             return count
-        if count is not None and count == last:
-            time.sleep(STATS_POLL_S)  # stable once: one more look after the next refresh
-            again = management.published_into(settings, get, queues)
-            if again == count:
-                return count
-        last = count
         time.sleep(STATS_POLL_S)
 
 
