@@ -5,12 +5,21 @@ the checker finds a failure."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from tests.soak.soak import Soak, options_from_env
 
 
+def _stop(signum: int, _frame: object) -> None:
+    # SystemExit unwinds the main thread through the soak's clean-up; the default SIGTERM
+    # would leave its processes and services running.
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     return Soak(options_from_env(dict(os.environ))).run()
 
 
