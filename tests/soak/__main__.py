@@ -8,6 +8,8 @@ import os
 import signal
 import sys
 
+from tests.soak.load import plan
+from tests.soak.schedule import draw
 from tests.soak.soak import Soak, options_from_env
 
 
@@ -20,7 +22,14 @@ def _stop(signum: int, _frame: object) -> None:
 def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    return Soak(options_from_env(dict(os.environ))).run()
+    options = options_from_env(dict(os.environ))
+    try:
+        plan(options.seed, options.urls, options.window_s)  # a size that cannot be run: one line
+        draw(options.seed, options.window_s)
+    except ValueError as exc:
+        print(f"soak: {exc}", file=sys.stderr)
+        return 2
+    return Soak(options).run()
 
 
 if __name__ == "__main__":
