@@ -16,8 +16,9 @@ domains' slots (`holds`, worker/handling/waits.py) and the hand-over of rows to 
 (`rows`, worker/handling/storing.py). It uses the checks of a URL already settled
 (worker/handling/settled.py) and the copies forwarded to a retry, defer, hold or render queue
 or the dead-letter exchange (worker/handling/forwards.py); the shapes of what it is handed are
-in worker/handling/ports.py. Every outcome is returned from here, a stored page's once its row
-is committed (StoredRows.store_later, on the writer's thread).
+in worker/handling/ports.py. Each step ends in a value of worker/handling/endings.py, and one
+method, `decide`, turns it into the outcome and the ack: a stored page's twice, as its row goes
+to the writer and when its message comes back to a handler thread with the writer's report.
 """
 
 from __future__ import annotations
