@@ -22,7 +22,7 @@ from shared.http.netguard import AddressGuard, address_policy
 from shared.metrics import start_metrics_server
 from shared.postgres import db
 from shared.redis.presence import announced
-from shared.service_start import PooledService, log_stopped, with_command_line
+from shared.service_start import PooledService, add_processes_argument, log_stopped, with_command_line
 from shared.settings import Settings
 from worker.fetch.response import CacheEntry, Response
 from worker.handler import CrawlHandler
@@ -56,12 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "page says. Run as many as you like. Settings come from the environment (.env.example).",
     )
     parser.add_argument("--concurrency", type=int, help="pages in flight (default: RENDER_CONCURRENCY)")
-    parser.add_argument(
-        "--processes",
-        type=int,
-        help="renderer processes, forked after start-up by one that supervises them (default: "
-        "RENDERER_PROCESSES, 1); each has its own browser",
-    )
+    add_processes_argument(parser, "renderer", "RENDERER_PROCESSES", each_has="browser")
     return parser.parse_args(argv)
 
 

@@ -12,6 +12,7 @@ member with exit code 2 and one line, as it would a lone process (shared/cli.py)
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import resource
@@ -67,6 +68,18 @@ class PooledService:
         logging.getLogger().handlers.clear()  # the parent's, which name the pool
         configure_logging(member.log_level, self.name, member.log_format, member.worker_id)
         return member
+
+
+def add_processes_argument(
+    parser: argparse.ArgumentParser, service: str, setting: str, each_has: str
+) -> None:
+    """--processes N, the command line's word for `setting` (WORKER_PROCESSES, ...)."""
+    parser.add_argument(
+        "--processes",
+        type=int,
+        help=f"{service} processes, forked after start-up by one that supervises them (default: "
+        f"{setting}, 1); each has its own {each_has}",
+    )
 
 
 def with_command_line(settings: Settings, **given: object) -> Settings:

@@ -11,7 +11,7 @@ from shared.consumer import Subscription, run_consumers
 from shared.metrics import start_metrics_server
 from shared.postgres import db
 from shared.redis.presence import announced
-from shared.service_start import PooledService, log_stopped, with_command_line
+from shared.service_start import PooledService, add_processes_argument, log_stopped, with_command_line
 from shared.settings import Settings
 from worker.pool import run_pool
 from worker.warc.archive import Archive, check_directory
@@ -38,12 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the work queues to serve, e.g. 'priority' for a pool dedicated to the priority "
         "queue (default: WORKER_QUEUES, all of priority,ttl,bulk)",
     )
-    parser.add_argument(
-        "--processes",
-        type=int,
-        help="worker processes, forked after start-up by one that supervises them (default: "
-        "WORKER_PROCESSES, 1); each has its own fetches in flight",
-    )
+    add_processes_argument(parser, "worker", "WORKER_PROCESSES", each_has="fetches in flight")
     return parser.parse_args(argv)
 
 
