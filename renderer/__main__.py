@@ -12,7 +12,11 @@ import argparse
 import dataclasses
 import logging
 
-from renderer.engine import RenderEngine, RenderFetch, require_chromium
+import redis
+
+from renderer.chromium import require_chromium
+from renderer.engine import RenderEngine, RenderFetch
+from renderer.figures import RunRenderFigures, RunsInHand, counted_by_run
 from renderer.watchdog import Watchdog
 from shared import metrics
 from shared.amqp.topology import render_queue
@@ -21,6 +25,7 @@ from shared.consumer import Subscription, run_consumers
 from shared.http.netguard import AddressGuard, address_policy
 from shared.metrics import start_metrics_server
 from shared.postgres import db
+from shared.redis.keys import Keys
 from shared.redis.presence import announced
 from shared.service_start import PooledService, add_processes_argument, log_stopped, with_command_line
 from shared.settings import Settings
@@ -69,11 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     return SERVICE.start(settings, settings.renderer_processes)
 
 
-def build_renderer(settings: Settings, engine: RenderEngine, client: object) -> CrawlHandler:
-    """The worker's handler with a browser for its fetch and no response cache."""
-    handler = build_handler(settings, client)  # type: ignore[arg-type]
+def build_renderer(
+    settings: Settings, engine: RenderEngine, client: redis.Redis, runs: RunsInHand
+) -> CrawlHandler:
+    """The worker's handler with a browser for its fetch and no response cache; each render
+    counted in the figures of the run in hand (renderer/figures.py)."""
+    handler = build_handler(settings, client)
     assert isinstance(handler.fetch, HttpFetch)
-    return dataclasses.replace(handler, fetch=RenderFetch(engine, handler.fetch.robots_txt), cache=NoCache())
+    count = counted_by_run(runs, RunRenderFigures(client, Keys(settings.redis_prefix)))
+    return dataclasses.replace(
+        handler, fetch=RenderFetch(engine, handler.fetch.robots_txt, count), cache=NoCache()
+    )
 
 
 def serve(settings: Settings, *, schema_ready: bool = False) -> int:
@@ -85,7 +96,8 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     client = connect_worker_redis(settings)
     watchdog = Watchdog.start()
     engine = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
-    handler = build_renderer(settings, engine, client)
+    runs = RunsInHand()
+    handler = build_renderer(settings, engine, client, runs)
     metrics.BROWSER_RSS_BYTES.set_function(engine.browser_memory_bytes)
     log.info(
         "renderer %s starting with %d pages in flight, chromium at %s",
@@ -99,7 +111,7 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 settings,
                 "renderer",
                 [Subscription(render_queue(settings.crawl_namespace), 0)],
-                handler,
+                runs.around(handler),
                 settings.render_concurrency,
                 consumer_hooks(handler, client),
             )
