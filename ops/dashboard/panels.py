@@ -21,7 +21,9 @@ from typing import Any
 
 from shared.amqp.topology import discovery_queue, render_queue
 
-RENDERS_PREFIX = "renders."  # the renderer's counters of the run: renders.<outcome>
+# The fields the renderer counts (renderer/figures.py, which ops may not import: the unit tests
+# check the names agree) and the worker's (worker/handling/render_figures.py).
+RENDERS_PREFIX = "renders."  # renders.<outcome>
 RENDER_MS = "render_ms"
 SENT_TO_RENDER = "sent_to_render."  # worker/handling/render_figures.py
 DONE_OUTCOMES = ("ok", "unsettled")  # a page was read: settled, or as it stood at the deadline

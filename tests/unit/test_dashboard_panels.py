@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 
+from ops.dashboard import panels
 from ops.dashboard.config import DashboardSettings
 from ops.dashboard.panels import politeness_panel, proxies_panel, render_panel, still_growing
 from ops.dashboard.regions import Views
+from renderer import figures
 from shared.settings import Settings
+from worker.handling import render_figures
 
 pytestmark = pytest.mark.unit
 
@@ -74,6 +77,11 @@ def test_render_figures_from_the_runs_counters_dead_letters_queue_and_renderers(
     assert panel["dead"] == {"render_timeout": 1}
     assert panel["depth"] == {"ready": 5, "unacked": 2} and panel["queue"] == f"{NS}.render"
     assert panel["browser_restarts"] == 3 and panel["renderers_reporting"] == 2
+
+
+def test_the_counter_names_are_those_the_renderer_and_the_worker_write() -> None:
+    assert (panels.RENDERS_PREFIX, panels.RENDER_MS) == (figures.RENDERS_PREFIX, figures.RENDER_MS_FIELD)
+    assert panels.SENT_TO_RENDER == render_figures.SENT_PREFIX
 
 
 def test_no_render_panel_for_a_run_that_renders_nothing_but_one_while_its_queue_holds_some() -> None:
