@@ -230,6 +230,8 @@ def pipeline(root: Path, pages: int, rounds: int, log_dir: Path) -> list[str]:
         f"{verdict}), own {own_ratio.format('.3f')}; WARC adds {added.format('+.2f')} ms of the "
         "workers' CPU a page",
         f"  pages/s off/on, each round (wall clock, for the machine's load): {each}",
+        "  each round, workers' CPU a page off/on: "
+        + ", ".join(f"{b:.2f}/{a:.2f}" for a, b in zip(workers["on"], workers["off"], strict=True)),
         f"  on disk a page: {on_disk / 1024:.1f} KB of WARC (gzip per record, request and response) "
         f"beside a body of {body / 1024:.1f} KB",
     ]
