@@ -153,12 +153,27 @@ def perf_site(
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_for_port(f"127.0.1.1:{port}")
+        _wait_for_site(site, log_dir / "site.log")
         yield SiteProcess(site.pid)
     finally:
         site.terminate()
         site.wait(timeout=10)
         log.close()
+
+
+def _wait_for_site(site: subprocess.Popen[bytes], log: Path, timeout_s: float = 120) -> None:
+    """Until the site says it serves (its pages and sitemaps built, a while for 100,000 pages).
+    An open port is not enough: another benchmark's site on the same port would pass for it,
+    and the crawl would measure that site while this one failed to bind."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if site.poll() is not None:
+            lines = log.read_text(errors="replace").strip().splitlines()
+            raise RuntimeError(f"benchmark site exited with {site.returncode}: {lines[-1] if lines else ''}")
+        if b"perf site: " in log.read_bytes():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"benchmark site did not start in {timeout_s:.0f} s; see {log}")
 
 
 def _wait_for_port(address: str, timeout_s: float = 15) -> None:
