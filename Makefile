@@ -22,7 +22,7 @@ RECRAWL_OF ?=
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
-	deep-up deep-down bench-deep bench-warc
+	deep-up deep-down bench-deep bench-warc bench-before-after
 
 all: lint typecheck test
 
@@ -157,6 +157,14 @@ bench: install
 # page, and warcio against FastWARC and our own writer. A few minutes; make bench runs it too.
 bench-warc: install
 	$(PY) -m bench.warc_cost
+
+# The pipeline of an earlier commit (BEFORE, checked out under /tmp) beside this tree's, rounds
+# interleaved: pages/s and CPU a page on the latency- and CPU-bound sites (docs/PERFORMANCE.md).
+# About 10 minutes at the defaults; a quiet machine gives the figures worth quoting.
+BEFORE ?= ac93bdc
+BEFORE_AFTER_ROUNDS ?= 3
+bench-before-after: install
+	$(PY) -m bench.before_after --before $(BEFORE) --rounds $(BEFORE_AFTER_ROUNDS)
 
 # What waiting for a polite slot costs (docs/POLITENESS.md): 200 pages of one host at 2/s with 3
 # and with 12 workers, each paired with the same crawl unbound, and Scrapy crawling the same pages

@@ -33,6 +33,7 @@ class Children:
 
     env: dict[str, str]
     log_dir: Path
+    cwd: Path | None = None  # where they start: `python -m` imports the project from there
     running: list[Child] = field(default_factory=list)
     finished: list[Child] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -40,7 +41,9 @@ class Children:
     def start(self, name: str, *argv: str, stdout: int | None = None) -> Child:
         log = (self.log_dir / f"{name}.log").open("wb")
         self._logs.append(log)
-        process = subprocess.Popen([sys.executable, *argv], env=self.env, stdout=stdout or log, stderr=log)
+        process = subprocess.Popen(
+            [sys.executable, *argv], env=self.env, stdout=stdout or log, stderr=log, cwd=self.cwd
+        )
         child = Child(name, process)
         self.running.append(child)
         return child

@@ -56,6 +56,9 @@ def run_keys_patterns(keys: Keys, run_id: str) -> list[str]:
         keys.run_state(run),
         keys.run_seeded(run),
         keys.run_producing(run),
+        keys.run_discovery(run),  # a discovery run's: its options, hosts' counts, frontiers' marks
+        keys.run_discovered_hosts(run),
+        keys.run_frontier(run),
         keys.producer_heartbeat(run, "*"),
         keys.producer_heartbeat(run, "*", "??"),  # one per bucket group on a Redis Cluster
         keys.seen(run, "??") + "*",  # the run's 65,536 dedup hashes

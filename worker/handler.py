@@ -16,8 +16,9 @@ domains' slots (`holds`, worker/handling/waits.py) and the hand-over of rows to 
 (`rows`, worker/handling/storing.py). It uses the checks of a URL already settled
 (worker/handling/settled.py) and the copies forwarded to a retry, defer, hold or render queue
 or the dead-letter exchange (worker/handling/forwards.py); the shapes of what it is handed are
-in worker/handling/ports.py. Every outcome is returned from here, a stored page's once its row
-is committed (StoredRows.store_later, on the writer's thread).
+in worker/handling/ports.py. Each step ends in a value of worker/handling/endings.py, and one
+method, `decide`, turns it into the outcome and the ack: a stored page's twice, as its row goes
+to the writer and when its message comes back to a handler thread with the writer's report.
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ from typing import TypeVar
 from shared import metrics
 from shared.amqp.topology import Topology
 from shared.consumer import Delivery, Outcome
-from shared.errors import BlockedAddress, DecodeError, PermanentError, ServiceUnavailable, TransientError
+from shared.errors import (
+    BlockedAddress,
+    DecodeError,
+    PermanentError,
+    ServiceUnavailable,
+    TransientError,
+    UnstorableRow,
+)
 from shared.message_bounds import RENDER_KIND
 from shared.messages import CrawlTask, Progress
 from shared.redis.runstate import CANCELLED, PAUSED
@@ -42,6 +50,7 @@ from shared.try_later import TryLater
 from shared.urls import domain_of
 from worker.fetch.response import Response
 from worker.handling.discovered_links import after_storing
+from worker.handling.endings import Ending, Failed, Passed, RowHandedIn, Skipped, Stored, Written
 from worker.handling.forwards import dead_letter, defer, hold_paused, retry, to_render
 from worker.handling.log import log
 from worker.handling.ports import (
@@ -63,7 +72,7 @@ from worker.parse.profiles import Profiles
 from worker.parse.script_shell import SCRIPT_SHELL, looks_like_script_shell
 from worker.politeness.robots import RobotsAnswer, RobotsRules
 
-SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason _skip() is given
+SKIP_REASONS = ("robots", "blocked_address", "cancelled")  # every reason a Skipped ending is given
 
 T = TypeVar("T")
 
@@ -118,7 +127,7 @@ class CrawlHandler:
         self._parse_budget = parse_budget(self.settings)
         # Its parts: the URLs held here for their domains' slots, and the rows handed to the store.
         self.holds = SlotHolds(self.settings)
-        self.rows = StoredRows(self.settings, self.topology, self.store)
+        self.rows = StoredRows(self.store)
         self._render_shells = self.settings.render == "auto"  # worker/parse/script_shell.py
 
     def parked(self, delivery: Delivery) -> Outcome | None:
@@ -127,11 +136,13 @@ class CrawlHandler:
         return self.holds.parked(delivery)
 
     def __call__(self, delivery: Delivery) -> Outcome:
+        if isinstance(delivery.memo, RowHandedIn):  # back with the writer's report on its page's row
+            return self.decide(Handling(delivery), delivery.memo.written())
         if self.delivery_limit is not None and (too_often := self.delivery_limit.check(delivery)):
-            return too_often
+            return self.decide(Handling(delivery), Passed(too_often))  # dead-lettered as poison
         handling = Handling(delivery)
         try:
-            return self._handle(handling)
+            return self.decide(handling, self._handle(handling))
         finally:
             self.cache.drop_read_ahead()  # a read ahead is good for one handling
             if self.run_states is not None:
@@ -141,7 +152,56 @@ class CrawlHandler:
                 with contextlib.suppress(ServiceUnavailable):
                     self.delivery_limit.unmark_handling(delivery)
 
-    def _handle(self, handling: Handling) -> Outcome:
+    def decide(self, handling: Handling, ending: Ending) -> Outcome:  # noqa: C901 (one case an ending, on purpose)
+        """The one place a URL's outcome and its ack are decided, from what became of it: every
+        step of the story below ends in one of the endings of worker/handling/endings.py, and
+        a stored page's message comes back here with the writer's report on its row."""
+        body = handling.delivery.body
+        worker_id = self.settings.worker_id
+        match ending:
+            case Stored(row=row):
+                # Done but for the commit: this thread takes its next message meanwhile, and the
+                # writer batches the row with others; the message comes back as Written.
+                report = self.rows.hand_in(row)
+                return Outcome.back_when(report, RowHandedIn(ending, report))
+            case Written(stored=stored, error=None):
+                # Not marked while its links are still to be confirmed: a mark that landed first
+                # would make a redelivery after a crash skip the page, and its links with it. A
+                # second copy is then fetched and stored again (one row all the same).
+                links = stored.links
+                mark = links is None or not links.publications
+                self.rows.note_stored(stored.task, stored.response, stored.progress, self.handled, mark)
+                return links or Outcome.done()  # acked once the links, if any, are confirmed
+            case Written(stored=stored, error=UnstorableRow() as refused):
+                task, progress = stored.task, stored.progress
+                return dead_letter(self.topology, worker_id, body, task.queue, progress, refused, task.url)
+            case Written(stored=stored, error=ServiceUnavailable() as down):
+                # PostgreSQL stayed away past the writer's patience: not the URL's failure.
+                log.warning("cannot store %s (%s); its message goes back to its queue", stored.task.url, down)
+                return Outcome.reject(requeue=True)
+            case Written(stored=stored, error=error):
+                # Neither the data's fault nor an outage: our bug. Dead-letter it, not crash-loop.
+                log.error("storing %s failed; dead-lettering its message", stored.task.url, exc_info=error)
+                return Outcome.reject(requeue=False)
+            case Skipped(task=task, progress=progress, reason=reason, detail=detail):
+                try:
+                    self.rows.write_skip(task, reason, detail, worker_id)
+                except UnstorableRow as refused:
+                    origin = task.queue
+                    return dead_letter(self.topology, worker_id, body, origin, progress, refused, task.url)
+                self.rows.note_skipped(task, reason, detail, self.handled)
+                return Outcome.done()
+            case Failed(task=task, progress=progress, error=error, queue=queue):
+                attempts_left = progress.attempt < self.settings.max_attempts
+                if task is not None and isinstance(error, TransientError) and attempts_left:
+                    return retry(self.topology, self.settings, body, task, progress, error)
+                url = task.url if task is not None else ""
+                return dead_letter(self.topology, worker_id, body, queue, progress, error, url)
+            case Passed(outcome=outcome):
+                return outcome
+        raise AssertionError(f"no decision for {ending!r}")  # every Ending has its case above
+
+    def _handle(self, handling: Handling) -> Ending:
         delivery = handling.delivery
         try:
             progress = Progress.from_headers(delivery.headers, strict=True)
@@ -149,14 +209,7 @@ class CrawlHandler:
         except DecodeError as exc:
             log.warning("%s message on %s: %s", exc.reason, delivery.queue, exc.detail)
             # Counts that were in range are kept; a bad one reads as absent.
-            return dead_letter(
-                self.topology,
-                self.settings.worker_id,
-                delivery.body,
-                delivery.queue,
-                Progress.from_headers(delivery.headers),
-                exc,
-            )
+            return Failed(None, Progress.from_headers(delivery.headers), exc, delivery.queue)
         read_ahead(self.cache, self.run_states, delivery, task)
         if self.handled is not None and checks_ride_with_the_send(delivery, progress):
             self.handled.read_ahead(task)  # its mark, to go with the clearance
@@ -167,20 +220,20 @@ class CrawlHandler:
             return self._crawled(handling, task, progress)
         except SettledMeanwhile as meanwhile:
             if meanwhile.handled:
-                return Outcome.done()
-            return self._by_run_state(handling, task, progress) or Outcome.done()
+                return Passed(Outcome.done())
+            return self._by_run_state(handling, task, progress) or Passed(Outcome.done())
 
-    def _settled(self, handling: Handling, task: CrawlTask, progress: Progress) -> Outcome | None:
+    def _settled(self, handling: Handling, task: CrawlTask, progress: Progress) -> Ending | None:
         """The outcome of a URL another copy settled, or of a paused or cancelled run's; None
         for a URL to fetch."""
         # Before the run's state: every delivery is counted by kind, once (worker/handling/handled.py),
         # and a second copy of a URL already stored or skipped keeps that one outcome, held
         # or cancelled alike (a `cancelled` skip on top would count the URL twice).
         if already_handled(self.handled, handling.delivery, task, progress):
-            return Outcome.done()
+            return Passed(Outcome.done())
         return self._by_run_state(handling, task, progress)
 
-    def _crawled(self, handling: Handling, task: CrawlTask, progress: Progress) -> Outcome:
+    def _crawled(self, handling: Handling, task: CrawlTask, progress: Progress) -> Ending:
         delivery = handling.delivery
         try:
             with metrics.FETCHES_IN_FLIGHT.track_inprogress():
@@ -188,7 +241,7 @@ class CrawlHandler:
         except BlockedAddress as exc:
             # Not the URL's failure and nothing to retry: the address is not ours to fetch.
             self._stop_if_settled_meanwhile(handling)  # (robots.txt's fetch can meet it before the check)
-            return self._skip(handling, task, "blocked_address", exc.detail, progress)
+            return Skipped(task, progress, "blocked_address", exc.detail)
         except TryLater as later:
             waiting = delivery.memo
             if not isinstance(waiting, Waiting):  # its first wait; a parked URL's began when it came
@@ -197,22 +250,14 @@ class CrawlHandler:
             # broker's consumer_timeout, whatever the number of URLs waiting for the domain.
             held_s = time.monotonic() - waiting.since + later.wait_s
             if later.wait_s <= self.settings.max_hold_s and held_s <= 2 * self.settings.max_hold_s:
-                return self.holds.wait_here(task, later, waiting, handling.cache_missed)
-            return defer(self.topology, delivery.body, task, progress, later)
+                return Passed(self.holds.wait_here(task, later, waiting, handling.cache_missed))
+            return Passed(defer(self.topology, delivery.body, task, progress, later))
         except TransientError as exc:
             self._stop_if_settled_meanwhile(handling)  # a URL settled elsewhere is not retried
-            failed = progress.failed_once_more(self.clock())
-            if failed.attempt >= self.settings.max_attempts:
-                return dead_letter(
-                    self.topology, self.settings.worker_id, delivery.body, task.queue, failed, exc, task.url
-                )
-            return retry(self.topology, self.settings, delivery.body, task, failed, exc)
+            return Failed(task, progress.failed_once_more(self.clock()), exc, task.queue)
         except PermanentError as exc:
             self._stop_if_settled_meanwhile(handling)  # nor dead-lettered
-            failed = progress.failed_once_more(self.clock())
-            return dead_letter(
-                self.topology, self.settings.worker_id, delivery.body, task.queue, failed, exc, task.url
-            )
+            return Failed(task, progress.failed_once_more(self.clock()), exc, task.queue)
 
     def _stop_if_settled_meanwhile(self, handling: Handling) -> None:
         """Raises SettledMeanwhile when the checks still due stop the URL; answered from the
@@ -227,31 +272,32 @@ class CrawlHandler:
         if self.run_states is not None and self.run_states.state(task.run_id) in (PAUSED, CANCELLED):
             raise SettledMeanwhile(handled=False)
 
-    def _by_run_state(self, handling: Handling, task: CrawlTask, progress: Progress) -> Outcome | None:
+    def _by_run_state(self, handling: Handling, task: CrawlTask, progress: Progress) -> Ending | None:
         """The outcome of a task of a paused or cancelled run; None for a run that goes on."""
         if self.run_states is None:
             return None
         state = self.run_states.state(task.run_id)
         if state == PAUSED:
-            return hold_paused(self.topology, handling.delivery.body, task, progress)
+            return Passed(hold_paused(self.topology, handling.delivery.body, task, progress))
         if state == CANCELLED:
-            return self._skip(handling, task, "cancelled", "the run was cancelled by an operator", progress)
+            return Skipped(task, progress, "cancelled", "the run was cancelled by an operator")
         return None
 
-    def _crawl(self, handling: Handling, task: CrawlTask, progress: Progress) -> Outcome:
+    def _crawl(self, handling: Handling, task: CrawlTask, progress: Progress) -> Ending:
         if not self.holds.will_be_held(handling.delivery.memo, task.url):
             self._mark_handling(handling)  # rides with the gate's round trip, ordinarily
         rules = self._robots_rules(handling, task.url)
         if rules is not None and not rules.allows(task.url):
             self._stop_if_settled_meanwhile(handling)
-            return self._skip(handling, task, "robots", "disallowed by robots.txt", progress)
+            return Skipped(task, progress, "robots", "disallowed by robots.txt")
         response = self._response_for(handling, task.url, rules)
         with self._parse_lock:
             html = decode_html(response.body, response.content_type)
             page = parse_page(html, response.final_url, budget=self._parse_budget)
             profile, extracted = profile_fields(self.profiles, task.url, html, self._parse_budget)
         if self._render_shells and task.queue != RENDER_KIND and looks_like_script_shell(html, page.text):
-            return to_render(self.topology, task, progress, SCRIPT_SHELL, self.sent_to_render)  # RENDER=auto
+            # RENDER=auto: a page only a browser can build.
+            return Passed(to_render(self.topology, task, progress, SCRIPT_SHELL, self.sent_to_render))
         row = page_row(task, response, page, progress, profile, extracted, self.settings.worker_id)
         if self.archive is not None:  # written before the row goes to the store (worker/warc/archive.py)
             at = self.archive.record(response)
@@ -259,15 +305,7 @@ class CrawlHandler:
                 row, warc_filename=at.filename, warc_offset=at.offset, warc_length=at.length
             )
         # Discovery: the page's links go out with its ack (worker/handling/discovered_links.py).
-        then = after_storing(self.topology, task, page, response)
-        return self.rows.store_later(
-            handling.delivery.body, task, row, response, progress, self.handled, then
-        )
-
-    def _skip(
-        self, handling: Handling, task: CrawlTask, reason: str, detail: str, progress: Progress
-    ) -> Outcome:
-        return self.rows.skip(handling.delivery.body, task, reason, detail, progress, self.handled)
+        return Stored(task, progress, response, row, after_storing(self.topology, task, page, response))
 
     def _mark_handling(self, handling: Handling) -> None:
         """The "handling" marker (worker/handling/poison.py), once a handling: from here the handling may

@@ -53,7 +53,7 @@ class Outcome:
     publications: tuple[broker.Publication, ...] = ()
     ack: bool = True
     requeue: bool = False
-    later: concurrent.futures.Future[Outcome] | None = None  # see `after`
+    report: concurrent.futures.Future[Any] | None = None  # see `back_when`
     hold_s: float | None = None  # see `hold`
     memo: Any = None
 
@@ -76,11 +76,13 @@ class Outcome:
         return cls(ack=False, hold_s=seconds, memo=memo)
 
     @classmethod
-    def after(cls, settled: concurrent.futures.Future[Outcome]) -> Outcome:
-        """Decided elsewhere: the outcome `settled` resolves to, from whatever thread. If it
-        fails, the message goes back to its queue when the error is ServiceUnavailable and is
-        dead-lettered otherwise, as when a handler raises."""
-        return cls(later=settled)
+    def back_when(cls, report: concurrent.futures.Future[Any], memo: Any) -> Outcome:
+        """Not settled yet: keep the message unacked here and hand it to the handler again,
+        with `memo` as its Delivery.memo, once `report` is done (resolved on any thread, as
+        the worker's database writer reports a row's commit). The handler's thread goes on to
+        its next message meanwhile, and the handler decides the outcome when the message comes
+        back, on a handler thread, even once the service is stopping."""
+        return cls(ack=False, report=report, memo=memo)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 A handler thread takes a message from the local buffer (shared/consumer/local_buffer.py) and calls the
 service's handler, again while what it needs is unavailable, until the stop. What the handler
 returns goes on from there: into the timer heap of held messages (shared/consumer/holds.py) for
-`Outcome.hold`, to the future's callbacks for `Outcome.after`, and otherwise back to the
+`Outcome.hold`, back into the local buffer once its report is done for `Outcome.back_when` (the
+handler then decides on a handler thread what the report means), and otherwise back to the
 connection's thread to be settled (shared/consumer/settling.py). A thread that finds no message waiting
 calls the service's idle hooks first. The timer thread hands each held message back to the
 buffer when it is due.
@@ -113,14 +114,25 @@ class HandlerThreads:
                     self._handling_now -= 1
 
     def _work_on(self, item: LocalItem) -> None:
-        # A message taken as the stop came was never started: give it back.
-        outcome = Outcome.reject(requeue=True) if self.stop_event.is_set() else self.handle(item.delivery)
+        # A message taken as the stop came was never started: give it back. One back with its
+        # report was: its outcome is decided now (a page whose row is committed is acked).
+        if self.stop_event.is_set() and not item.back:
+            outcome = Outcome.reject(requeue=True)
+        else:
+            outcome = self.handle(item.delivery)
         if outcome.hold_s is not None:
             self.hold(item, outcome)
-        elif outcome.later is not None:
-            outcome.later.add_done_callback(functools.partial(self.settling.hand_back_settled, item))
+        elif outcome.report is not None:
+            outcome.report.add_done_callback(functools.partial(self._back_with_report, item, outcome.memo))
         else:
             self.settling.hand_back(item, outcome)
+
+    def _back_with_report(self, item: LocalItem, memo: object, _report: object) -> None:
+        """On the thread that resolved the report: the message back in the local buffer, ahead
+        of every message not yet handled (its decision is short, and its ack frees a prefetch
+        slot), with `memo` for the handler."""
+        delivery = dataclasses.replace(item.delivery, memo=memo)
+        self.local.put(dataclasses.replace(item, rank=-1, delivery=delivery, back=True))
 
     def hold(self, item: LocalItem, outcome: Outcome) -> None:
         assert outcome.hold_s is not None

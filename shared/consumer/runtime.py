@@ -16,12 +16,13 @@ the connection's thread): the worker parks a URL whose domain already waits in i
 messages that come due together go to one handler thread, which takes them in turn.
 
 A handler whose last step finishes on another thread (the worker's batched database commit)
-returns `Outcome.after(settled)`: its thread goes on to the next message at once, and the
-outcome is handed back when `settled` resolves. Until then the message stays unacked, and
-counts against the prefetch like any other. `when_quiet` is called on the handler thread that
-finds the service with nothing else in hand (no message waiting or held, no other thread
-handling one): what waits on another thread then waits for nothing (the worker commits its
-batch at once).
+returns `Outcome.back_when(report, memo)`: its thread goes on to the next message at once, and
+once `report` is done the message comes back to a handler thread, with `memo`, for the handler
+to decide its outcome from the report; the other thread only reports. Until then the message
+stays unacked, and counts against the prefetch like any other. `when_quiet` is called on the
+handler thread that finds the service with nothing else in hand (no message waiting or held,
+no other thread handling one): what waits on another thread then waits for nothing (the worker
+commits its batch at once).
 
 Deliveries carry the generation of the connection they came on. After a reconnect the broker
 has already requeued everything unacked, so outcomes from an older generation are dropped.

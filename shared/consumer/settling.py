@@ -2,8 +2,7 @@
 returned is handed back to the connection's thread, which publishes what the outcome asks
 (waiting for each confirm) and only then acks or rejects.
 
-pika is not thread-safe, so the thread that decided an outcome (a handler thread, or the one
-that resolved an `Outcome.after`, such as the worker's database writer) never touches the
+pika is not thread-safe, so the handler thread that decided an outcome never touches the
 channel: it queues the outcome and wakes the connection's thread, and one wake settles every
 outcome then waiting. Apart from the threads on either side because this is the one way a
 message is acked or rejected: a crash anywhere before it leaves the message unacked, and the
@@ -13,7 +12,6 @@ broker delivers it again.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -23,7 +21,6 @@ from typing import Any
 from shared.amqp import broker
 from shared.consumer.deliveries import Outcome
 from shared.consumer.local_buffer import LocalItem
-from shared.errors import ServiceUnavailable, one_line
 
 # The loop's log lines keep the logger they have always had, whichever of its modules writes
 # them: log filters and alerts select on it (the `logger` of docs/OPERATING.md's JSON logs).
@@ -80,24 +77,6 @@ class Settling:
         self._settled_lock = threading.Lock()
 
     # ---- the thread that decided the outcome ------------------------------------------------
-
-    def hand_back_settled(self, item: LocalItem, settled: concurrent.futures.Future[Outcome]) -> None:
-        """On the thread that resolved `settled`."""
-        error = settled.exception()
-        if error is None:
-            outcome = settled.result()
-        elif isinstance(error, ServiceUnavailable):
-            log.warning("%s: %s; the message goes back to its queue", self.name, one_line(error))
-            outcome = Outcome.reject(requeue=True)
-        else:
-            log.error(
-                "%s failed to finish a message from %s; dead-lettering it",
-                self.name,
-                item.delivery.queue,
-                exc_info=error,
-            )
-            outcome = Outcome.reject(requeue=False)
-        self.hand_back(item, outcome)
 
     def hand_back(self, item: LocalItem, outcome: Outcome) -> None:
         connection = self.current.connection

@@ -194,20 +194,22 @@ def test_the_quiet_hook_runs_only_with_nothing_else_in_hand(settings: Settings) 
     events: list[str] = []
     lock = threading.Lock()
     release_slow = threading.Event()
-    pending: list[concurrent.futures.Future[Outcome]] = []
+    pending: list[concurrent.futures.Future[None]] = []
 
     def record(what: str) -> None:
         with lock:
             events.append(what)
 
     def handler(delivery: Delivery) -> Outcome:
+        if delivery.memo == "reported":  # back with its report: settled at once
+            return Outcome.done()
         record(delivery.body.decode())
         if delivery.body == b"slow":
             release_slow.wait(20)
             record("slow-done")
         if delivery.body == b"later":
             pending.append(concurrent.futures.Future())
-            return Outcome.after(pending[-1])
+            return Outcome.back_when(pending[-1], "reported")
         if delivery.body == b"held":
             return Outcome.hold(3600)
         return Outcome.done()
@@ -238,8 +240,8 @@ def test_the_quiet_hook_runs_only_with_nothing_else_in_hand(settings: Settings) 
         assert "quiet" not in after("held")  # it waits in this service's timer heap
     finally:
         release_slow.set()
-        for settled in pending:  # settled, so the stop need not wait for it
-            settled.set_result(Outcome.done())
+        for report in pending:  # reported, so the stop need not wait for it
+            report.set_result(None)
         stop.set()
         thread.join(timeout=30)
     assert not thread.is_alive()
@@ -252,17 +254,19 @@ def test_a_stopping_service_with_nothing_else_in_hand_runs_the_quiet_hook(settin
     ns = settings.crawl_namespace
     queue = work_queue(ns, "bulk")
     publish_tasks(settings, "bulk", [b"later"])
-    settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+    settled: concurrent.futures.Future[None] = concurrent.futures.Future()
     handled = threading.Event()
     stop = StopEvent()
 
     def handler(delivery: Delivery) -> Outcome:
+        if delivery.memo == "reported":  # back with its report, after the stop: decided all the same
+            return Outcome.done()
         handled.set()
-        return Outcome.after(settled)
+        return Outcome.back_when(settled, "reported")
 
     def when_quiet() -> None:
         if stop.is_set() and not settled.done():
-            settled.set_result(Outcome.done())
+            settled.set_result(None)
 
     thread = threading.Thread(
         target=run_consumers,
@@ -281,23 +285,31 @@ def test_a_stopping_service_with_nothing_else_in_hand_runs_the_quiet_hook(settin
     assert depth(settings, queue) == 0  # acked in the drain, not given back
 
 
-def test_an_outcome_settled_later_acks_requeues_or_dead_letters_when_it_resolves(settings: Settings) -> None:
-    # Two handler threads take all three messages and leave their outcomes pending (the
-    # prefetch, twice the threads, bounds what is in hand); the test resolves the outcomes from
-    # its own thread, as the worker's database writer does.
+def test_a_message_back_with_its_report_is_acked_requeued_or_dead_lettered_as_its_handler_decides(
+    settings: Settings,
+) -> None:
+    # Two handler threads take all three messages and leave them waiting for a report (the
+    # prefetch, twice the threads, bounds what is in hand); the test resolves the reports from
+    # its own thread, as the worker's database writer does, and each message comes back to the
+    # handler, which decides from its report.
     ns = settings.crawl_namespace
     queue = work_queue(ns, "bulk")
     publish_tasks(settings, "bulk", [b"ack", b"requeue", b"dead"])
-    pending: dict[bytes, concurrent.futures.Future[Outcome]] = {}
+    pending: dict[bytes, concurrent.futures.Future[None]] = {}
     deliveries: list[tuple[bytes, bool]] = []
     lock = threading.Lock()
 
     def handler(delivery: Delivery) -> Outcome:
-        settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        if isinstance(delivery.memo, concurrent.futures.Future):  # back with its report
+            error = delivery.memo.exception(timeout=0)
+            if error is None:
+                return Outcome.done()
+            return Outcome.reject(requeue=isinstance(error, ServiceUnavailable))
+        report: concurrent.futures.Future[None] = concurrent.futures.Future()
         with lock:
             deliveries.append((delivery.body, delivery.redelivered))
-            pending[delivery.body] = settled
-        return Outcome.after(settled)
+            pending[delivery.body] = report
+        return Outcome.back_when(report, report)
 
     stop, thread = consume_in_thread(settings, [Subscription(queue)], handler, concurrency=2)
     wait_for(lambda: len(pending) == 3)  # two threads, three messages in hand: none waited
@@ -305,11 +317,11 @@ def test_an_outcome_settled_later_acks_requeues_or_dead_letters_when_it_resolves
     with lock:
         first = dict(pending)
         pending.clear()
-    first[b"ack"].set_result(Outcome.done())
+    first[b"ack"].set_result(None)
     first[b"requeue"].set_exception(ServiceUnavailable("PostgreSQL", "db", "down"))
     first[b"dead"].set_exception(RuntimeError("bug"))
     wait_for(lambda: b"requeue" in pending)  # back in the queue, and delivered again
-    pending[b"requeue"].set_result(Outcome.done())
+    pending[b"requeue"].set_result(None)
     wait_for(lambda: depth(settings, dead_letter_queue(ns)) == 1)
     stop.set()
     thread.join(timeout=30)

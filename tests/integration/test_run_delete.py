@@ -47,6 +47,10 @@ def make_run(settings: Settings, client: redis.Redis, run_id: str, urls: list[st
     dedup.confirm(fps, {"enqueued.bulk": len(urls)})
     dedup.beat()
     client.set(keys.run_seeded(run_id), b"{}")
+    # A discovery run's keys: its options, its hosts' counts, a frontier's mark left by a kill.
+    client.set(keys.run_discovery(run_id), b"{}")
+    client.hset(keys.run_discovered_hosts(run_id), "a.test", 3)
+    client.hset(keys.run_frontier(run_id), "frontier-1", 0)
     db.ensure_schema(settings)
     with db.connect(settings) as conn:
         page, dead, skip = urls
@@ -96,6 +100,7 @@ def test_delete_removes_the_runs_rows_and_keys_and_nothing_else(
     assert deleted.keys == len(gone) and deleted.rows == 3
     assert all(f":{RUN}:" in key or "{" + RUN + ":" in key for key in gone)
     assert keys.run_stats(RUN) in gone and keys.run_seeded(RUN) in gone
+    assert {keys.run_discovery(RUN), keys.run_discovered_hosts(RUN), keys.run_frontier(RUN)} <= gone
     assert not any(f":{RUN}:" in key or "{" + RUN + ":" in key for key in after)
     assert keys.run_stats(OTHER) in after
     assert row_runs(settings) == [(OTHER, 3)]

@@ -4,6 +4,7 @@ pika: the settling of outcomes, the handler threads, and the connection's thread
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
@@ -100,24 +101,6 @@ def test_settling_drops_an_outcome_of_a_connection_since_lost() -> None:
     assert channel.acked == []
 
 
-def test_settling_turns_a_failed_later_outcome_into_a_reject() -> None:
-    import concurrent.futures
-
-    from shared.errors import ServiceUnavailable
-
-    channel = FakeChannel()
-    current = connected(channel)
-    settling = Settling("test", current)
-    unavailable: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-    unavailable.set_exception(ServiceUnavailable("PostgreSQL", "127.0.0.1", "gone"))
-    broken: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
-    broken.set_exception(KeyError("a bug"))
-    settling.hand_back_settled(item(current, 1), unavailable)
-    settling.hand_back_settled(item(current, 2), broken)
-    settling.settle_waiting()
-    assert channel.rejected == [(1, True), (2, False)]
-
-
 NO_HOOKS = ConsumerHooks()
 
 
@@ -169,6 +152,51 @@ def test_handler_threads_hand_each_outcome_to_the_settling_and_hold_what_asks_to
         threads.wake()
         threads.join(5.0)
     assert not any(t.name.startswith("parts-") for t in threading.enumerate())
+
+
+def test_a_message_waiting_for_a_report_comes_back_to_the_handler_with_it_even_after_the_stop() -> None:
+    # As a stored page waits for its row's commit: the handler's thread goes on, the message
+    # stays unacked, and once the report is done (on another thread) the handler is called
+    # again with the memo and decides; a message back with its report is decided after the stop
+    # came too, where one not yet started goes back to its queue.
+    reports = {tag: concurrent.futures.Future[None]() for tag in (1, 2)}
+    decided: list[tuple[bytes, Any]] = []
+    handed: list[int] = []
+
+    def handler(delivery: Delivery) -> Outcome:
+        if delivery.memo is None:
+            tag = int(delivery.body)
+            handed.append(tag)
+            return Outcome.back_when(reports[tag], ("row", tag))
+        decided.append((delivery.body, delivery.memo))
+        failed = reports[delivery.memo[1]].exception(timeout=0)
+        return Outcome.done() if failed is None else Outcome.reject(requeue=True)
+
+    threads, channel, current = handler_threads(handler)
+    threads.start()
+    try:
+        threads.local.put(item(current, 1, b"1"))
+        threads.local.put(item(current, 2, b"2"))
+        wait_for(lambda: len(handed) == 2)
+        threads.settling.settle_waiting()
+        assert channel.acked == [] and channel.rejected == []  # both unacked, no thread busy
+        reports[1].set_result(None)
+        threads.stop_event.set()  # the stop comes before the second report
+        threads.local.put(item(current, 3, b"3"))  # not started: given back
+        reports[2].set_exception(RuntimeError("the database went away"))
+
+        def settled_all() -> bool:
+            threads.settling.settle_waiting()
+            return len(channel.acked) + len(channel.rejected) == 3
+
+        wait_for(settled_all)
+        assert channel.acked == [1] and sorted(channel.rejected) == [(2, True), (3, True)]
+        assert sorted(decided) == [(b"1", ("row", 1)), (b"2", ("row", 2))]
+    finally:
+        threads.stop_event.set()
+        current.forget()
+        threads.wake()
+        threads.join(5.0)
 
 
 def test_handler_threads_reject_what_the_handler_fails_on_and_call_the_idle_hooks() -> None:

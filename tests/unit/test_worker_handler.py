@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,9 +33,12 @@ from tests.sources import calls
 from worker import handler
 from worker.fetch.response import CacheEntry, Response
 from worker.fetch.verdicts import Throttled
-from worker.handler import CrawlHandler
-from worker.handling import waits
+from worker.handler import CrawlHandler, Handling
+from worker.handling import endings, waits
+from worker.handling.endings import RowHandedIn
+from worker.handling.storing import page_row
 from worker.handling.waits import Parked, Waiting
+from worker.parse.page import parse_page
 from worker.parse.profiles import load_profiles
 from worker.politeness import ratelimit_scripts
 from worker.politeness.config import PolitenessConfig
@@ -193,9 +197,14 @@ def delivery(
     return Delivery(f"ns.{queue}", body if body is not None else task.encode(), headers, False)
 
 
-def settled(outcome: Outcome) -> Outcome:
-    """The outcome a message is settled with, once its row is committed."""
-    return outcome.later.result(timeout=0) if outcome.later is not None else outcome
+def settled(handle: Callable[[Delivery], Outcome], message: Delivery) -> Outcome:
+    """The outcome `message` is settled with: for a stored page, decided when the message comes
+    back with the writer's report on its row (the fake store reports at once)."""
+    outcome = handle(message)
+    if outcome.report is None:
+        return outcome
+    assert outcome.report.done() and isinstance(outcome.memo, RowHandedIn)
+    return handle(dataclasses.replace(message, memo=outcome.memo))
 
 
 def only_publication(outcome: Outcome) -> tuple[str, str, dict[str, object]]:
@@ -207,7 +216,7 @@ def only_publication(outcome: Outcome) -> tuple[str, str, dict[str, object]]:
 
 def test_success_stores_one_row_and_acks() -> None:
     rig = make(FakeFetch([ok_response()]))
-    outcome = settled(rig.handler(delivery()))
+    outcome = settled(rig.handler, delivery())
     assert outcome == Outcome.done()
     assert len(rig.store.rows) == 1
     row = rig.store.rows[0]
@@ -268,7 +277,7 @@ def test_a_huge_body_is_dead_lettered_as_an_excerpt_with_its_size_and_hash() -> 
 def test_a_row_the_database_refuses_is_dead_lettered_as_unstorable() -> None:
     rig = make(FakeFetch([ok_response()]))
     rig.store.refusal = UnstorableRow("index row size 1000080 exceeds btree version 4 maximum 2704")
-    exchange, _, headers = only_publication(settled(rig.handler(delivery())))
+    exchange, _, headers = only_publication(settled(rig.handler, delivery()))
     assert (exchange, headers[REASON_HEADER], headers[ATTEMPT_HEADER]) == ("ns.dlx", "unstorable", 0)
     assert "index row size" in str(headers[ERROR_HEADER])
 
@@ -313,7 +322,7 @@ def test_a_url_whose_slot_is_beyond_the_inline_wait_is_held_with_its_slot_then_s
     # Handed back when due: sent after one clear_held, no new reservation.
     rig.time.now = held.memo.slot.due
     reservations = len(limiter.rates)
-    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert settled(rig.handler, dataclasses.replace(delivery(), memo=held.memo)) == Outcome.done()
     assert rig.fetch.urls == ["http://a.test/p"] and len(limiter.rates) == reservations
     assert limiter.released == ["held-lease"]
 
@@ -359,8 +368,7 @@ def test_a_url_held_behind_another_of_its_domain_leaves_no_handling_marker_and_i
         rig.time.now = held.memo.slot.due
         del limit.calls[:]
         fetched = len(rig.fetch.urls)
-        sent = handler(dataclasses.replace(delivery(url=url), memo=held.memo))
-        assert settled(sent) == Outcome.done()
+        assert settled(handler, dataclasses.replace(delivery(url=url), memo=held.memo)) == Outcome.done()
         assert limit.calls == [
             ("mark", url, fetched),
             ("before_risk", "", fetched),
@@ -383,7 +391,7 @@ def test_a_url_guessed_to_wait_is_still_marked_before_its_fetch_or_parse(cached:
     handler(delivery())  # held 4 s ahead
     cache.hit = hit if cached else None
     del limit.calls[:]
-    assert settled(handler(delivery(url="http://a.test/p2"))) == Outcome.done()
+    assert settled(handler, delivery(url="http://a.test/p2")) == Outcome.done()
     assert limit.calls[:2] == [("mark", "http://a.test/p2", 0), ("before_risk", "", 0)]
     assert rig.fetch.urls == ([] if cached else ["http://a.test/p2"])
     assert len(rig.store.rows) == 1
@@ -404,7 +412,7 @@ def test_a_held_url_reads_the_cache_again_only_if_it_found_something_there(
     held = rig.handler(delivery())
     assert isinstance(held.memo, Waiting) and held.memo.slot is not None
     rig.time.now = held.memo.slot.due
-    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert settled(rig.handler, dataclasses.replace(delivery(), memo=held.memo)) == Outcome.done()
     assert rig.fetch.urls == ["http://a.test/p"]
     assert rig.cache.reads == reads
     assert rig.fetch.revalidated == [cached]
@@ -416,7 +424,7 @@ def test_a_url_reads_its_cache_entry_ahead_when_it_first_comes_and_drops_it_afte
     held = rig.handler(delivery())
     assert rig.cache.read_ahead_urls == ["http://a.test/p"] and rig.cache.dropped == 1
     rig.time.now = held.memo.slot.due
-    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert settled(rig.handler, dataclasses.replace(delivery(), memo=held.memo)) == Outcome.done()
     assert rig.cache.read_ahead_urls == ["http://a.test/p"]  # back from the hold: not again
     assert rig.cache.dropped == 2
 
@@ -466,7 +474,7 @@ def retries() -> float:
 def test_short_rate_limit_wait_happens_in_process() -> None:
     rig = make(FakeFetch([ok_response()]), limiter=FakeLimiter(Reservation(0.3, True)))
     waits, waited_s = wait_metrics()
-    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert settled(rig.handler, delivery()) == Outcome.done()
     assert rig.time.slept == [0.3, 0.3]  # robots.txt, then the page
     assert len(rig.store.rows) == 1
     now_waits, now_waited_s = wait_metrics()
@@ -485,7 +493,7 @@ def test_fresh_cache_hit_skips_fetch_and_rate_limit() -> None:
     cached = CacheEntry(ok_response(from_cache=True), fresh=True)
     rig = make(FakeFetch([], robots=RobotsAnswer(404, b"")), cache=FakeCache(hit=cached))
     rig.handler.robots.rules_for("http://a.test/", rig.fetch.robots_txt)  # robots.txt known already
-    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert settled(rig.handler, delivery()) == Outcome.done()
     assert rig.fetch.urls == [] and rig.limiter.rates == []
     assert rig.store.rows[0].from_cache is True
 
@@ -508,7 +516,7 @@ def test_success_after_retries_records_failed_attempts() -> None:
 def test_disallowed_url_is_skipped_with_reason_robots_and_never_fetched() -> None:
     robots = RobotsAnswer(200, b"User-agent: *\nDisallow: /p\n")
     rig = make(FakeFetch([ok_response()], robots=robots))
-    assert settled(rig.handler(delivery())) == Outcome.done()  # acked, nothing to publish: no retry
+    assert settled(rig.handler, delivery()) == Outcome.done()  # acked, nothing to publish: no retry
     assert rig.fetch.urls == [] and rig.store.rows == []
     assert [(s.url, s.reason) for s in rig.store.skips] == [("http://a.test/p", "robots")]
 
@@ -542,7 +550,7 @@ def test_robots_switched_off_fetches_no_robots_txt() -> None:
         FakeFetch([ok_response()], robots=RobotsAnswer(200, b"User-agent: *\nDisallow: /\n")),
         settings=dataclasses.replace(SETTINGS, respect_robots=False),
     )
-    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert settled(rig.handler, delivery()) == Outcome.done()
     assert rig.fetch.robots_urls == [] and len(rig.store.rows) == 1
 
 
@@ -594,7 +602,7 @@ def test_full_concurrency_waits_briefly_then_defers() -> None:
 def test_a_lease_is_released_after_the_fetch() -> None:
     limiter = FakeLimiter(Reservation(0.0, True, lease="R"), Reservation(0.0, True, lease="P", backoff=2.0))
     rig = make(FakeFetch([ok_response()]), limiter=limiter)
-    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert settled(rig.handler, delivery()) == Outcome.done()
     assert limiter.released == ["R", "P"]
 
 
@@ -613,7 +621,7 @@ def test_stale_entry_is_revalidated_and_a_304_reuses_the_cached_body() -> None:
         "http://a.test/p", 304, "", b"", fetch_ms=5, not_modified=True, proxy="http://127.0.0.1:9"
     )
     rig = make(FakeFetch([not_modified]), cache=FakeCache(hit=stale))
-    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert settled(rig.handler, delivery()) == Outcome.done()
     assert rig.fetch.revalidated == [stale]
     row = rig.store.rows[0]
     assert (row.title, row.http_status, row.from_cache, row.fetch_ms) == ("T", 200, True, 5)
@@ -638,7 +646,7 @@ def test_a_304_without_a_cache_entry_is_a_permanent_error() -> None:
 
 def test_a_blocked_address_is_a_skip_with_its_reason_not_a_failure() -> None:
     rig = make(FakeFetch([BlockedAddress("http://a.test/p resolves to 10.0.0.7 (private)")]))
-    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert settled(rig.handler, delivery()) == Outcome.done()
     assert [(s.url, s.reason) for s in rig.store.skips] == [("http://a.test/p", "blocked_address")]
     assert "10.0.0.7" in rig.store.skips[0].detail
     assert rig.store.rows == []
@@ -670,16 +678,115 @@ def test_the_content_hash_depends_on_the_visible_text_only() -> None:
 def test_a_page_is_acked_only_once_its_row_is_committed() -> None:
     rig = make(FakeFetch([ok_response(), ok_response()]))
     rig.store.hold = True
-    outcome = rig.handler(delivery())
-    assert outcome.later is not None and not outcome.later.done()  # the thread is free, the message not
+    message = delivery()
+    outcome = rig.handler(message)
+    # The thread is free, the message not: unacked, to come back once the writer reports.
+    assert outcome.ack is False and outcome.publications == ()
+    assert outcome.report is not None and not outcome.report.done()
     assert len(rig.store.rows) == 1
-    rig.store.held.pop()(None)
-    assert outcome.later.result(timeout=0) == Outcome.done()
+    rig.store.held.pop()(None)  # the writer's report: committed
+    assert outcome.report.done()
+    assert rig.handler(dataclasses.replace(message, memo=outcome.memo)) == Outcome.done()
 
-    failed = rig.handler(delivery())
-    outage = ServiceUnavailable("PostgreSQL", "db", "down")
-    rig.store.held.pop()(outage)
-    assert failed.later is not None and failed.later.exception(timeout=0) is outage
+    failed = rig.handler(message)
+    rig.store.held.pop()(ServiceUnavailable("PostgreSQL", "db", "down"))
+    assert rig.handler(dataclasses.replace(message, memo=failed.memo)) == Outcome.reject(requeue=True)
+
+
+# ---- The one decision point: CrawlHandler.decide, for each ending of a URL's story ----------
+# Each step of the story ends in a value of worker/handling/endings.py, and `decide` alone turns
+# it into the message's outcome; a stored page's twice: handed in (unacked, back once the writer
+# reports), then settled from the writer's report.
+
+TASK = CrawlTask(url="http://a.test/p", run_id="r1", queue="bulk")
+
+
+def stored_page() -> endings.Stored:
+    page = parse_page(HTML.decode(), TASK.url)
+    row = page_row(TASK, ok_response(), page, Progress(), None, {}, "w")
+    return endings.Stored(TASK, Progress(), ok_response(), row)
+
+
+def test_decide_hands_a_stored_page_s_row_in_and_acks_it_once_the_writer_reports_it_committed() -> None:
+    rig = make(FakeFetch([]))
+    rig.store.hold = True
+    stored = stored_page()
+    handed_in = rig.handler.decide(Handling(delivery()), stored)
+    assert handed_in.ack is False and handed_in.publications == ()  # unacked while the row is out
+    assert handed_in.report is not None and not handed_in.report.done()
+    assert handed_in.memo == endings.RowHandedIn(stored, handed_in.report)
+    assert [row.url for row in rig.store.rows] == [TASK.url]
+    rig.store.held.pop()(None)  # the writer reports: committed, nothing more
+    written = handed_in.memo.written()
+    assert written == endings.Written(stored, None)
+    assert rig.handler.decide(Handling(delivery()), written) == Outcome.done()
+
+
+def test_decide_dead_letters_a_failure_with_no_attempt_left_or_a_permanent_one() -> None:
+    rig = make(FakeFetch([]))
+    for error, attempt in (
+        (TransientError("timeout", "slow"), 3),
+        (PermanentError("http_404", "gone", 404), 1),
+    ):
+        failed = endings.Failed(TASK, Progress(attempt=attempt), error, "bulk")
+        exchange, routing_key, headers = only_publication(rig.handler.decide(Handling(delivery()), failed))
+        assert (exchange, routing_key) == ("ns.dlx", "bulk")
+        assert (headers[REASON_HEADER], headers[ATTEMPT_HEADER]) == (error.reason, attempt)
+
+
+def test_decide_dead_letters_a_page_whose_row_the_database_refuses() -> None:
+    rig = make(FakeFetch([]))
+    refused = endings.Written(stored_page(), UnstorableRow("value too long"))
+    exchange, _, headers = only_publication(rig.handler.decide(Handling(delivery()), refused))
+    assert (exchange, headers[REASON_HEADER], headers[ATTEMPT_HEADER]) == ("ns.dlx", "unstorable", 0)
+
+
+def test_decide_writes_a_skip_s_row_and_acks_it() -> None:
+    rig = make(FakeFetch([]))
+    skipped = endings.Skipped(TASK, Progress(), "robots", "disallowed by robots.txt")
+    assert rig.handler.decide(Handling(delivery()), skipped) == Outcome.done()
+    assert [(s.url, s.reason, s.detail) for s in rig.store.skips] == [
+        (TASK.url, "robots", "disallowed by robots.txt")
+    ]
+
+
+def test_decide_retries_a_transient_failure_later_while_it_has_attempts_left() -> None:
+    rig = make(FakeFetch([]))
+    failed = endings.Failed(TASK, Progress(attempt=1), TransientError("timeout", "slow"), "bulk")
+    exchange, routing_key, headers = only_publication(rig.handler.decide(Handling(delivery()), failed))
+    assert (exchange, routing_key, headers[ATTEMPT_HEADER]) == (
+        "ns.retry",
+        "d500.bulk",
+        1,
+    )  # the first delay, 0.5 s
+    assert rig.store.rows == [] and rig.store.skips == []
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome"),
+    [
+        (ServiceUnavailable("PostgreSQL", "db", "down"), Outcome.reject(requeue=True)),  # back to its queue
+        (RuntimeError("a bug in the writer"), Outcome.reject(requeue=False)),  # to the dead letters
+    ],
+)
+def test_decide_returns_or_rejects_a_page_whose_write_failed(error: BaseException, outcome: Outcome) -> None:
+    rig = make(FakeFetch([]))
+    assert rig.handler.decide(Handling(delivery()), endings.Written(stored_page(), error)) == outcome
+
+
+def test_every_outcome_of_the_handler_comes_from_decide() -> None:
+    # No return in worker/handler.py's story builds an outcome of its own but `decide`'s (and
+    # the copies and holds it passes through): the steps return endings.
+    source = inspect.getsource(handler.CrawlHandler)
+    story = [m for m in ast.walk(ast.parse(textwrap.dedent(source))) if isinstance(m, ast.FunctionDef)]
+    for method in story:
+        if method.name in ("decide", "parked"):
+            continue
+        for node in ast.walk(method):
+            if isinstance(node, ast.Return) and node.value is not None:
+                built = node.value
+                text = ast.unparse(built)
+                assert not text.startswith(("dead_letter(", "retry(", "Outcome.")), (method.name, text)
 
 
 def test_a_paused_run_s_message_goes_once_to_its_hold_queue_unfetched() -> None:
@@ -702,7 +809,7 @@ def test_a_cancelled_run_s_message_is_skipped_with_reason_cancelled() -> None:
 def test_a_running_run_s_message_is_fetched() -> None:
     rig = make(FakeFetch([ok_response()]))
     rig.handler.run_states = states = FakeRunStates(other="paused")
-    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert settled(rig.handler, delivery()) == Outcome.done()
     assert states.asked == ["r1"] and len(rig.store.rows) == 1
 
 
@@ -713,7 +820,7 @@ def test_the_run_s_state_is_read_ahead_on_arrival_and_after_a_hold_and_dropped_e
     held = rig.handler(delivery())
     assert isinstance(held.memo, Waiting) and held.memo.slot is not None
     rig.time.now = held.memo.slot.due
-    assert settled(rig.handler(dataclasses.replace(delivery(), memo=held.memo))) == Outcome.done()
+    assert settled(rig.handler, dataclasses.replace(delivery(), memo=held.memo)) == Outcome.done()
     assert states.read_ahead_runs == ["r1", "r1"] and states.dropped == 2
     assert states.asked == ["r1", "r1"]
 
@@ -767,7 +874,7 @@ def test_each_delivery_is_checked_once_with_its_kind_and_a_settled_url_is_acked_
     assert rig.handler(Delivery("ns.bulk", fresh, {}, False)) == Outcome.done()
     assert rig.handler(Delivery("ns.bulk", fresh, {}, True)) == Outcome.done()
     # A copy a worker forwarded (a retry) of a URL not settled yet: fetched.
-    assert settled(rig.handler(delivery(attempt=1))) == Outcome.done()
+    assert settled(rig.handler, delivery(attempt=1)) == Outcome.done()
     assert handled.checked == [
         ("http://a.test/done", "copy", True),
         ("http://a.test/done", "redelivered", True),
@@ -787,7 +894,7 @@ def test_a_paused_run_s_second_copy_of_a_settled_url_is_acked_not_held() -> None
 def test_a_stored_page_is_acked_even_when_marking_it_handled_fails() -> None:
     rig = make(FakeFetch([ok_response()]))
     rig.handler.handled = FakeHandled(broken=True)
-    assert settled(rig.handler(delivery())) == Outcome.done()
+    assert settled(rig.handler, delivery()) == Outcome.done()
     assert len(rig.store.rows) == 1
 
 
@@ -810,14 +917,14 @@ def test_a_held_message_with_no_hold_queue_bound_would_go_to_a_defer_queue() -> 
 
 
 def test_every_skip_reason_given_is_listed_for_its_metric_series() -> None:
-    """SKIP_REASONS starts each reason's series at 0 (worker/handler.py): a reason passed to
-    _skip() anywhere in worker/ but missing from it would be born at its first skip, which
-    increase() cannot see."""
-    given = {  # _skip(handling, task, reason, detail, progress)
+    """SKIP_REASONS starts each reason's series at 0 (worker/handler.py): a reason a Skipped
+    ending is given anywhere in worker/ but missing from it would be born at its first skip,
+    which increase() cannot see."""
+    given = {  # Skipped(task, progress, reason, detail)
         call.args[2].value
         for call in calls("worker")
-        if isinstance(call.func, ast.Attribute)
-        and call.func.attr == "_skip"
+        if isinstance(call.func, ast.Name)
+        and call.func.id == "Skipped"
         and len(call.args) > 2
         and isinstance(call.args[2], ast.Constant)
     }
@@ -835,7 +942,7 @@ def test_a_url_back_from_a_hold_is_checked_again_but_not_counted_a_second_time()
     held = rig.handler(arrived)
     assert held.hold_s == 4.0 and isinstance(held.memo, Waiting) and held.memo.slot is not None
     rig.time.now = held.memo.slot.due
-    assert settled(rig.handler(dataclasses.replace(arrived, memo=held.memo))) == Outcome.done()
+    assert settled(rig.handler, dataclasses.replace(arrived, memo=held.memo)) == Outcome.done()
     # One delivery, one count: the second check only asks whether another copy settled the URL.
     assert handled.checked == [("http://a.test/p", "copy", True)] * 2
     assert handled.counted == [False, True]
@@ -858,7 +965,7 @@ def test_a_url_back_with_its_slot_is_checked_in_its_send_s_clearance_round_trip(
     handled = FakeHandled()
     handled.when_checked = lambda: len(limiter.held_clears)  # clearances asked for by then
     back = held_then_due(rig, handled)
-    assert settled(rig.handler(back)) == Outcome.done()
+    assert settled(rig.handler, back) == Outcome.done()
     # Its mark was read ahead, to go with the clearance, and looked at only after it.
     assert handled.read_ahead_urls == ["http://a.test/p"]
     assert handled.counted == [False, True] and handled.check_moments == [0, 1]

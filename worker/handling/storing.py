@@ -1,8 +1,9 @@
 """What a handled URL leaves in the database: the row of its page (the parsed page's fields and
-its extraction profile's), handed to the store with the message acked once the row is
-committed, or the row of a URL skipped (disallowed by robots.txt, a blocked address, a
-cancelled run). worker/handler.py fetches and parses the page and decides which row a URL
-gets; building and handing over the row is here, in StoredRows, which the handler holds.
+its extraction profile's), handed to the writer, which reports once the row is committed, or
+the row of a URL skipped (disallowed by robots.txt, a blocked address, a cancelled run).
+worker/handler.py fetches and parses the page, decides which row a URL gets and, from the
+writer's report, what becomes of its message; building and handing over the rows is here, in
+StoredRows, which the handler holds.
 """
 
 from __future__ import annotations
@@ -12,13 +13,8 @@ import hashlib
 from typing import Any
 
 from shared import metrics
-from shared.amqp.topology import Topology
-from shared.consumer import Outcome
-from shared.errors import UnstorableRow
 from shared.messages import CrawlTask, Progress
-from shared.settings import Settings
 from worker.fetch.response import Response
-from worker.handling.forwards import dead_letter
 from worker.handling.log import log, log_context
 from worker.handling.ports import Handled, Store
 from worker.parse.budget import ParseBudget
@@ -79,90 +75,60 @@ def profile_fields(
 
 
 class StoredRows:
-    """The hand-over of a handled URL's row to the store, held by CrawlHandler: a page's row,
-    acked once committed, or a skip's. `handled` is the handler's marks of URLs settled (None:
-    none kept), named with each call because the handler's may change."""
+    """The hand-over of a handled URL's rows to the store, held by CrawlHandler: a page's row,
+    whose commit the writer reports later, and a skip's, written at once; and what is noted of
+    each once it is in the database. Which outcome a URL's message gets, the rows' reports
+    included, is decided by the handler (CrawlHandler.decide), not here."""
 
-    def __init__(self, settings: Settings, topology: Topology, store: Store) -> None:
-        self.settings = settings
-        self.topology = topology
+    def __init__(self, store: Store) -> None:
         self.store = store
 
-    def store_later(
-        self,
-        body: bytes,
-        task: CrawlTask,
-        row: PageRow,
-        response: Response,
-        progress: Progress,
-        handled: Handled | None,
-        then: Outcome | None = None,
-    ) -> Outcome:
-        """Hand the row to the store and go on: the message is acked once its row is committed.
-        The store keeps the row through a short database outage, so the page is not fetched
-        again; past that the message goes back to its queue."""
-        settled: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+    def hand_in(self, row: PageRow) -> concurrent.futures.Future[None]:
+        """Hand the page's row to the writer and go on: the future is done once the row is
+        committed, or fails with what kept it out. The writer keeps the row through a short
+        database outage, so the page is not fetched again."""
+        report: concurrent.futures.Future[None] = concurrent.futures.Future()
 
-        def committed(error: BaseException | None) -> None:  # on the store's writer thread
-            if isinstance(error, UnstorableRow):  # dead-lettered; acked once that is confirmed
-                settled.set_result(
-                    dead_letter(
-                        self.topology, self.settings.worker_id, body, task.queue, progress, error, task.url
-                    )
-                )
-                return
-            if error is not None:
-                settled.set_exception(error)
-                return
-            # Settled first: the row is committed, and a mark or a log line that fails must
-            # not leave the message unacked for good.
-            settled.set_result(then or Outcome.done())  # `then`: the page's links, in a discovery run
-            metrics.PAGES_STORED.labels(task.queue).inc()
-            try:
-                # Not marked while its links are still to be confirmed: a mark that landed first
-                # would make a redelivery after a crash skip the page, and its links with it. A
-                # second copy is then fetched and stored again (one row all the same).
-                if handled is not None and (then is None or not then.publications):
-                    handled.mark_later(task)
-                log.info(
-                    "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
-                    task.url,
-                    task.run_id,
-                    response.status,
-                    response.from_cache,
-                    response.not_modified,
-                    progress.attempt + 1,
-                    extra=log_context(task),
-                )
-            except Exception as exc:  # a lost mark costs at most one fetch
-                log.warning("after storing %s: %s", task.url, exc)
+        def committed(error: BaseException | None) -> None:  # on the writer's thread: a report, no more
+            if error is None:
+                report.set_result(None)
+            else:
+                report.set_exception(error)
 
         self.store.save_page_later(row, committed)
-        return Outcome.after(settled)
+        return report
 
-    def skip(
-        self,
-        body: bytes,
-        task: CrawlTask,
-        reason: str,
-        detail: str,
-        progress: Progress,
-        handled: Handled | None,
-    ) -> Outcome:
+    def write_skip(self, task: CrawlTask, reason: str, detail: str, worker_id: str) -> None:
+        """Return once the skip's row is committed (UnstorableRow if PostgreSQL refuses it)."""
+        self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, worker_id))
+
+    @staticmethod
+    def note_stored(
+        task: CrawlTask, response: Response, progress: Progress, handled: Handled | None, mark: bool
+    ) -> None:
+        """The page's row is committed: its metric, its mark as handled (`mark`) and its log
+        line. Never raises: a lost mark costs at most one fetch, and the message is acked all
+        the same."""
+        metrics.PAGES_STORED.labels(task.queue).inc()
         try:
-            self.store.save_skip(SkipRow(task.run_id, task.url, reason, detail, self.settings.worker_id))
-        except UnstorableRow as exc:
-            return dead_letter(
-                self.topology,
-                self.settings.worker_id,
-                body,
-                task.queue,
-                progress,
-                exc,
+            if handled is not None and mark:
+                handled.mark_later(task)
+            log.info(
+                "stored %s run=%s status=%d cache=%s not_modified=%s attempt=%d",
                 task.url,
+                task.run_id,
+                response.status,
+                response.from_cache,
+                response.not_modified,
+                progress.attempt + 1,
+                extra=log_context(task),
             )
+        except Exception as exc:
+            log.warning("after storing %s: %s", task.url, exc)
+
+    @staticmethod
+    def note_skipped(task: CrawlTask, reason: str, detail: str, handled: Handled | None) -> None:
         if handled is not None:
             handled.mark_later(task)
         metrics.SKIPS.labels(reason).inc()
         log.info("skipped %s run=%s: %s (%s)", task.url, task.run_id, reason, detail, extra=log_context(task))
-        return Outcome.done()

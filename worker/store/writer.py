@@ -95,7 +95,8 @@ class ResultStore:
 
     def save_page_later(self, row: PageRow, committed: Committed) -> None:
         """Hand the row in; `committed` is called on the writer's thread once it is committed
-        (with None), or with the error that kept it out. It must not block."""
+        (with None), or with the error that kept it out. It must not block: it only reports
+        (worker/handling/storing.py), and the handler decides what the report means."""
         self._submit(Pending([(STORE_PAGE, page_params(row))], committed))
 
     def save_page(self, row: PageRow) -> None:
