@@ -42,7 +42,7 @@ order=(python rabbitmq redis postgres prometheus)
 # Packages an image carries as a local apt archive, not installed: what a Dockerfile built FROM
 # it may `apt-get install` with no route out (the project's Dockerfile, for the renderer).
 declare -A archives=(
-  [python]="chromium"
+  [python]="chromium libatomic1"
 )
 renderer_tag=crawl-pipeline-renderer:local  # docker-compose.yml's renderer service
 

@@ -60,12 +60,13 @@ def test_the_renderers_image_is_built_offline_with_chromium_from_a_local_archive
     assert services["renderer"]["build"]["args"]["WITH_RENDERER"] == "1"
     assert re.search(r"docker build --build-arg WITH_RENDERER=1 -t \"\$renderer_tag\" \"\$repo\"", text)
     archives = text[text.index("declare -A archives=(") :]
-    assert re.search(r'\[python\]="chromium"', archives[: archives.index(")\n")])
+    assert re.search(r'\[python\]="chromium libatomic1"', archives[: archives.index(")\n")])
     python = (OFFLINE / "python" / "Dockerfile").read_text(encoding="utf-8")
     assert "COPY archive /opt/debs" in python
     assert "echo 'deb [trusted=yes] file:/opt/debs ./' >/etc/apt/sources.list" in python
     dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
-    assert "apt-get install -y --no-install-recommends chromium" in dockerfile
+    # libatomic1: Playwright's driver needs it (seen in an image built without it).
+    assert "apt-get install -y --no-install-recommends chromium libatomic1" in dockerfile
 
 
 def worker_ports(tmp_path: Path, processes: str) -> tuple[int, set[int]]:
