@@ -70,6 +70,7 @@ class Result:
     services_cpu_s: float
     worker_peak_rss_mb: float = 0.0
     site_cpu_s: float = 0.0  # the site server's CPU while this run crawled it
+    worker_cpu_s: float = 0.0  # the part of own_cpu_s that the worker processes spent
 
     def machine_cpu_s(self, uses_services: bool = True) -> float:
         """Whole-machine CPU of this side: its processes, the site and, for ours, the services.
@@ -88,6 +89,7 @@ class Result:
             services_cpu_s=self.services_cpu_s + other.services_cpu_s,
             worker_peak_rss_mb=max(self.worker_peak_rss_mb, other.worker_peak_rss_mb),
             site_cpu_s=self.site_cpu_s + other.site_cpu_s,
+            worker_cpu_s=self.worker_cpu_s + other.worker_cpu_s,
         )
 
 
@@ -263,6 +265,7 @@ def run_pipeline(
             (c.peak_rss_mb for c in children.finished if c.name.startswith("worker")), default=0.0
         ),
         site_cpu_s=site_after - site_before,
+        worker_cpu_s=children.cpu_s("worker"),
     )
 
 

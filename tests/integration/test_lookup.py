@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from ops.lookup import look_up
+from ops.lookup_rows import rows_of
 from producer.dedup import Dedup
 from shared.postgres import db
 from shared.redis.client import OPERATOR, connect_redis
@@ -27,6 +28,7 @@ from worker.politeness.robots import RedisRobotsStore, RobotsEntry
 
 URL = "HTTP://Example.COM:80/a/../docs/?b=2&a=1"
 DOMAIN = "example.com"
+WARC_FILE = "crawl-20260101000000000-00003-w-9.warc.gz"
 
 
 @pytest.fixture
@@ -104,12 +106,32 @@ def test_lookup_shows_what_the_keys_and_rows_hold(settings: Settings, client: re
     assert shown["robots"].startswith("disallowed, trusted 1")
     assert shown["in flight"].startswith("0 ")
 
-    assert re.match(r"HTTP 200, bulk, fetched .* by w-9 in 42 ms, 0 failed", shown["page [run-b]"])
+    assert re.match(
+        r"HTTP 200, bulk, fetched .* by w-9 in 42 ms, 0 failed attempts before$", shown["page [run-b]"]
+    )
     assert shown["skip [run-c]"].startswith("robots at ")
     assert shown["dead letter"] == "none"
 
     only_a = lines_of(settings, client, "run-a")
     assert "dedup [run-b]" not in only_a and only_a["page"] == "none"
+
+
+def test_lookup_names_the_warc_record_of_a_page_stored_with_warc_on(settings: Settings) -> None:
+    canonical = canonicalize(URL)
+    db.ensure_schema(settings)
+    with db.connect(settings) as conn:
+        conn.execute(
+            "INSERT INTO pages (run_id, url, final_url, http_status, queue, worker_id, fetch_ms,"
+            " warc_filename, warc_offset, warc_length)"
+            " VALUES ('run-d', %s, %s, 200, 'bulk', 'w-9', 7, %s, 5120, 17344)",
+            (canonical, canonical, WARC_FILE),
+        )
+        conn.commit()
+    ((kind, run, summary),) = [row for row in rows_of(settings, canonical, None) if row[0] == "page"]
+    assert (kind, run) == ("page", "run-d")
+    assert summary.endswith(
+        f" 0 failed attempts before; WARC record in {WARC_FILE} at offset 5120, 17344 bytes"
+    )
 
 
 def test_lookup_of_a_url_nothing_knows(settings: Settings, client: redis.Redis) -> None:
