@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import redis
 
@@ -29,10 +29,21 @@ def keep_options(client: redis.Redis, keys: Keys, run_id: str, options: Discover
     client.set(keys.run_discovery(run_id), options.encode())
 
 
+def _none_kept(_run_id: str) -> DiscoveryOptions | None:
+    return None
+
+
 class RedisFrontierState:
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        durable: Callable[[str], DiscoveryOptions | None] = _none_kept,
+    ) -> None:
+        """`durable`: a run's options where they outlive Redis (producer/discovery_store.py)."""
         self._client = client
         self._keys = keys
+        self._durable = durable
         self._options: dict[str, tuple[float, DiscoveryOptions | None]] = {}
         self._states: dict[str, tuple[float, str]] = {}
 
@@ -43,6 +54,12 @@ class RedisFrontierState:
             return kept[1]
         raw = self._client.get(self._keys.run_discovery(run_id))
         options = DiscoveryOptions.decode(raw) if isinstance(raw, bytes) else None
+        if options is None:
+            # Redis restarted empty since the run was seeded (or the run does not discover):
+            # the durable copy, put back in Redis for the next frontier.
+            options = self._durable(run_id)
+            if options is not None:
+                keep_options(self._client, self._keys, run_id, options)
         self._options[run_id] = (now, options)
         return options
 

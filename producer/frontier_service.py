@@ -10,12 +10,14 @@ share of two Redis calls a page); several may run, as several producers may, on 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import secrets
 
 import redis
 
 from producer.dedup import Dedup
+from producer.discovery_store import stored_options
 from producer.frontier import Frontier
 from producer.frontier_redis import PagesInHand, RedisFrontierState
 from producer.liveness import Heartbeat
@@ -53,7 +55,8 @@ class FrontierHandler:
         self._owner = secrets.token_hex(6)  # one owner for every run's claims
         self._dedups: dict[str, Dedup] = {}
         self._beats = contextlib.ExitStack()
-        self._frontier = Frontier(RedisFrontierState(client, self._keys), self._enqueue)
+        state = RedisFrontierState(client, self._keys, functools.partial(stored_options, settings))
+        self._frontier = Frontier(state, self._enqueue)
         self._in_hand = PagesInHand(client, self._keys, self._owner)
 
     def __call__(self, delivery: Delivery) -> Outcome:

@@ -46,15 +46,19 @@ def plan(seed: int, urls: int, window_s: float) -> list[Wave]:
     the window: each process does the same work many times over, so its memory after the first
     waves is its steady state."""
     count = max(3, round(window_s / WAVE_EVERY_S))
-    per_wave = urls // count
+    base, extra = divmod(urls, count)  # the first `extra` waves take one URL more: `urls` in all
     waves = []
     for index in range(count):
+        per_wave = base + (1 if index < extra else 0)
         sitemap_urls = int(per_wave * SITEMAP_SHARE)
         always_500 = max(2, int(sitemap_urls * ALWAYS_500_SHARE))
         traps = max(2, int(sitemap_urls * CHARSET_TRAP_SHARE))
         news = int(sitemap_urls * NEWS_SHARE)
         shells = SCRIPT_SHELLS_PER_WAVE
         pages = sitemap_urls - always_500 - traps - news - shells
+        if pages < 1 or per_wave - sitemap_urls < 1:
+            too_few = f"SOAK_URLS={urls} is too few for {count} waves of {window_s:g} s"
+            raise ValueError(f"{too_few}: give at least {count * 100}")
         shape = SiteShape(
             pages=pages,
             news=news,

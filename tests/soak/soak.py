@@ -12,7 +12,9 @@ import json
 import os
 import random
 import shutil
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,13 +143,28 @@ class Soak:
             )
             return self._report(nemesis, load, verdicts)
         finally:
-            exits = fleet.stop()
-            fleet.close()
-            for proxy in self.proxies.values():
-                proxy.stop()
-            load.stop()
-            self.services.stop()
-            print(f"soak: processes stopped: {len(exits)}; logs in {self.folder / 'logs'}")
+            self._clean_up(fleet, load)
+
+    def _clean_up(self, fleet: Fleet, load: Load) -> None:
+        """Everything the soak started is stopped, whatever ended it (a check, an error, a
+        signal): a second signal meanwhile is ignored, and one step failing skips no other."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        steps: list[Callable[[], object]] = [
+            fleet.stop,
+            fleet.close,
+            *(p.stop for p in self.proxies.values()),
+            load.stop,
+            self.services.stop,
+        ]
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # said, and the next step goes on
+                print(f"soak: cleaning up: {type(exc).__name__}: {exc}", flush=True)
+        print(
+            f"soak: every process and service of the soak stopped; logs in {self.folder / 'logs'}", flush=True
+        )
 
     def _prepare(self) -> None:
         """Schema and topology before anything starts, so the first request finds its queue."""

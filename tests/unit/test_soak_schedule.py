@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.soak.load import plan
 from tests.soak.schedule import HOLD_S, KINDS, Fault, _collide, draw, every_pair, load, overlapping
 
 WINDOW_S = 300.0  # the CI soak's five minutes
@@ -55,3 +56,16 @@ def test_overlapping_counts_an_instant_fault_inside_a_held_one() -> None:
 def test_a_window_shorter_than_the_warm_up_is_refused() -> None:
     with pytest.raises(ValueError, match="no time after"):
         draw(1, 10.0)
+
+
+@pytest.mark.parametrize(("urls", "window_s"), [(50_000, 1800.0), (50_000, 1080.0), (8_000, 300.0)])
+def test_the_waves_hold_exactly_the_urls_asked_for(urls: int, window_s: float) -> None:
+    waves = plan(46, urls, window_s)
+    assert sum(w.graph_pages + len(w.shape.paths()) for w in waves) == urls
+    assert all(w.at_s <= 0.8 * window_s for w in waves)
+    assert len({w.sitemap_run for w in waves} | {w.discover_run for w in waves}) == 2 * len(waves)
+
+
+def test_too_few_urls_for_the_waves_is_one_line_naming_the_setting() -> None:
+    with pytest.raises(ValueError, match=r"^SOAK_URLS=7 is too few for 4 waves of 300 s: give at least 400$"):
+        plan(46, 7, 300.0)
