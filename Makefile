@@ -18,7 +18,7 @@ FAULTS_SIZE ?= small
 DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
-.PHONY: all install replay-install demo crawl dashboard test test-browser test-latest test-renderer renderers unit integration e2e faults soak soak-short bench bench-politeness lint typecheck up down \
+.PHONY: all install replay-install demo crawl dashboard test test-browser test-latest test-renderer renderers unit integration e2e faults soak soak-short bench bench-render bench-politeness lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
@@ -170,6 +170,11 @@ bench-before-after: install
 # and with 12 workers, each paired with the same crawl unbound, and Scrapy crawling the same pages
 # at the same pace and unbound beside each; small synthetic pages twice, then real pages (the
 # Python docs, downloaded once by the bench) once. About 30 minutes.
+# The renderer beside scrapy-playwright on the same chromium, and a plain worker (docs/RENDERING.md).
+bench-render: install
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m bench.render_bench --pages 80
+
 bench-politeness: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.politeness_cost --with-unbound --with-scrapy --repeat 2

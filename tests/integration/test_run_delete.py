@@ -46,6 +46,10 @@ def make_run(settings: Settings, client: redis.Redis, run_id: str, urls: list[st
     dedup.claim(fps)
     dedup.confirm(fps, {"enqueued.bulk": len(urls)})
     dedup.beat()
+    for key in client.scan_iter(keys.all_pattern()):
+        # The heartbeat's keys live 5 s: kept, so that none lapses between the test's looks on
+        # a slow machine and passes for one the delete removed.
+        client.persist(key)
     client.set(keys.run_seeded(run_id), b"{}")
     # A discovery run's keys: its options, its hosts' counts, a frontier's mark left by a kill.
     client.set(keys.run_discovery(run_id), b"{}")

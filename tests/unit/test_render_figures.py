@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ops.run_report import renders_line
 from renderer.engine import RenderFetch
 from renderer.figures import RENDER_MS_FIELD, RunRenderFigures, RunsInHand, counted_by_run
 from renderer.page import Rendered, RenderTimeout
@@ -107,3 +108,11 @@ def test_a_body_that_is_no_task_is_handled_with_no_run_in_hand() -> None:
 
     runs.around(handler)(Delivery("t.render", b"not json", {}, False))
     assert seen == [None]
+
+
+def test_the_run_report_shows_the_renders_by_outcome_and_their_mean_time() -> None:
+    counters = {"renders.ok": 3, "renders.render_timeout": 1, "renders.unsettled": 0, RENDER_MS_FIELD: 6000}
+    assert renders_line(counters) == (
+        "\n  renders                4   (ok 3, render timeout 1; 1500 ms each on average)"
+    )
+    assert renders_line({"enqueued.bulk": 5}) == ""
