@@ -106,7 +106,8 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
         settings.chromium_path,
     )
     try:
-        with announced(settings):
+        # The dashboard's render panel sums the restarts every renderer reports.
+        with announced(settings, figures=lambda: {"browser_restarts": engine.browser_restarts()}):
             code = run_consumers(
                 settings,
                 "renderer",

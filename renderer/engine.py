@@ -97,6 +97,10 @@ class RenderEngine:
     def browser_memory_bytes(self) -> int:
         return self.pool.browser_memory_bytes() if self.pool is not None else 0
 
+    def browser_restarts(self) -> int:
+        """Browsers launched after the first: after a crash, or over RENDER_MAX_MEMORY_MB."""
+        return max(0, self.pool.figures.launches - 1) if self.pool is not None else 0
+
     def close(self) -> None:
         if self.pool is not None:
             self._run(self.pool.close(), timeout_s=30)

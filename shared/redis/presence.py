@@ -38,8 +38,11 @@ HEARTBEAT_S = 15.0
 PRESENCE_TTL_S = 45.0  # three missed beats and the worker is gone
 
 
-def presence_record(worker_id: str, started_at: float, problem: str | None = None) -> str:
+def presence_record(
+    worker_id: str, started_at: float, problem: str | None = None, figures: dict[str, Any] | None = None
+) -> str:
     record: dict[str, Any] = {
+        **(figures or {}),
         "worker_id": worker_id,
         "host": socket.gethostname(),
         "pid": os.getpid(),
@@ -56,9 +59,11 @@ def announced(
     heartbeat_s: float = HEARTBEAT_S,
     ttl_s: float = PRESENCE_TTL_S,
     problem: Callable[[], str | None] = lambda: None,
+    figures: Callable[[], dict[str, Any]] = dict,
 ) -> Iterator[None]:
     """Keep this worker's presence key alive while the block runs; remove it on the way out.
-    Each beat carries `problem()`, what holds the worker's work up now, if anything."""
+    Each beat carries `problem()`, what holds the worker's work up now, if anything, and
+    `figures()`, what the process reports of itself (a renderer's browser restarts)."""
     client = connect_redis(settings, GLANCE)
     key = Keys(settings.redis_prefix).worker(settings.worker_id)
     started_at = time.time()
@@ -67,7 +72,7 @@ def announced(
     def beat() -> None:
         while True:
             try:
-                record = presence_record(settings.worker_id, started_at, problem())
+                record = presence_record(settings.worker_id, started_at, problem(), figures())
                 client.set(key, record, px=round(ttl_s * 1000))
             except redis.RedisError as exc:
                 log.debug("presence heartbeat of %s skipped: %s", settings.worker_id, exc)

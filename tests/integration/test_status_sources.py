@@ -136,7 +136,8 @@ def test_a_running_worker_is_listed_and_leaves_the_list_when_it_stops(
     one = dataclasses.replace(settings, worker_id="w-one")
     two = dataclasses.replace(settings, worker_id="w-two")
 
-    with announced(one, heartbeat_s=0.1), announced(two, heartbeat_s=0.1):
+    restarts = {"browser_restarts": 2}  # what a renderer reports of itself
+    with announced(one, heartbeat_s=0.1), announced(two, heartbeat_s=0.1, figures=lambda: restarts):
         time.sleep(0.3)  # a few beats
         running = gather(quick, None)["workers"]
         ttl_ms = client.pttl(Keys(settings.redis_prefix).worker("w-one"))
@@ -144,6 +145,7 @@ def test_a_running_worker_is_listed_and_leaves_the_list_when_it_stops(
 
     assert [w["worker_id"] for w in running] == ["w-one", "w-two"]
     assert all(w["pages_in_window"] == 0 for w in running)
+    assert "browser_restarts" not in running[0] and running[1]["browser_restarts"] == 2
     assert 0 < ttl_ms <= PRESENCE_TTL_S * 1000
     assert stopped == []
     assert client.exists(Keys(settings.redis_prefix).worker("w-one")) == 0
