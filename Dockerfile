@@ -19,10 +19,12 @@ COPY demo_site ./demo_site
 COPY ops ./ops
 COPY renderer ./renderer
 # WITH_RENDERER=1 (compose's renderer service) adds Debian's chromium and Playwright; Playwright
-# never downloads a browser of its own (CHROMIUM_PATH=/usr/bin/chromium).
+# never downloads a browser of its own (CHROMIUM_PATH=/usr/bin/chromium). Playwright's own driver
+# (a node binary in its wheel) needs libatomic1, which neither chromium nor the base image brings.
 ARG WITH_RENDERER=0
 RUN if [ "$WITH_RENDERER" = 1 ]; then \
-      apt-get update && apt-get install -y --no-install-recommends chromium && rm -rf /var/lib/apt/lists/*; \
+      apt-get update && apt-get install -y --no-install-recommends chromium libatomic1 \
+      && rm -rf /var/lib/apt/lists/*; \
     fi
 # A regular (not editable) install: the code runs from site-packages and /src can go.
 # Every image carries the dashboard's extra (compose's dashboard service runs from it).

@@ -18,7 +18,7 @@ FAULTS_SIZE ?= small
 DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
-.PHONY: all install replay-install demo crawl dashboard test test-browser test-latest test-renderer renderers unit integration e2e faults bench bench-politeness lint typecheck up down \
+.PHONY: all install replay-install demo crawl dashboard test test-browser test-latest test-renderer renderers unit integration e2e faults soak soak-short bench bench-render bench-politeness lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
@@ -113,6 +113,19 @@ faults: install
 	$(PY) -m tests.prepare
 	FAULTS_SIZE=$(FAULTS_SIZE) $(PY) -m pytest -m faults tests/faults
 
+# The soak (docs/RELIABILITY.md, "The soak"): a crawl of SOAK_URLS URLs on local sites while a
+# nemesis drawn from SOAK_SEED (random and printed when unset) kills, pauses and restarts every
+# process and service for SOAK_MINUTES, then a checker. Runs on a RabbitMQ, Redis and PostgreSQL
+# of its own (ports SOAK_PORT_BASE+1..+20, data in /var/tmp/crawl-soak-<base>), never the shared ones.
+SOAK_MINUTES ?= 30
+SOAK_URLS ?= 50000
+soak: install
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_URLS=$(SOAK_URLS) SOAK_SEED=$(SOAK_SEED) $(PY) -m tests.soak
+
+# The soak in five minutes with a fixed seed and fewer URLs: what .ci/run runs.
+soak-short: install
+	SOAK_MINUTES=5 SOAK_URLS=8000 SOAK_SEED=46 SOAK_DRAIN_MINUTES=10 $(PY) -m tests.soak
+
 # Three RabbitMQ nodes clustered on this machine, on loopback ports of their own (AMQP 5681-5683),
 # beside any RabbitMQ already running (docs/SCALING.md, "RabbitMQ cluster"). `down` deletes them.
 rabbitmq-cluster-up:
@@ -157,6 +170,11 @@ bench-before-after: install
 # and with 12 workers, each paired with the same crawl unbound, and Scrapy crawling the same pages
 # at the same pace and unbound beside each; small synthetic pages twice, then real pages (the
 # Python docs, downloaded once by the bench) once. About 30 minutes.
+# The renderer beside scrapy-playwright on the same chromium, and a plain worker (docs/RENDERING.md).
+bench-render: install
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m bench.render_bench --pages 80
+
 bench-politeness: install
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.politeness_cost --with-unbound --with-scrapy --repeat 2

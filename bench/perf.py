@@ -70,6 +70,7 @@ class Result:
     services_cpu_s: float
     worker_peak_rss_mb: float = 0.0
     site_cpu_s: float = 0.0  # the site server's CPU while this run crawled it
+    worker_cpu_s: float = 0.0  # the part of own_cpu_s that the worker processes spent
 
     def machine_cpu_s(self, uses_services: bool = True) -> float:
         """Whole-machine CPU of this side: its processes, the site and, for ours, the services.
@@ -88,6 +89,7 @@ class Result:
             services_cpu_s=self.services_cpu_s + other.services_cpu_s,
             worker_peak_rss_mb=max(self.worker_peak_rss_mb, other.worker_peak_rss_mb),
             site_cpu_s=self.site_cpu_s + other.site_cpu_s,
+            worker_cpu_s=self.worker_cpu_s + other.worker_cpu_s,
         )
 
 
@@ -153,12 +155,27 @@ def perf_site(
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_for_port(f"127.0.1.1:{port}")
+        _wait_for_site(site, log_dir / "site.log")
         yield SiteProcess(site.pid)
     finally:
         site.terminate()
         site.wait(timeout=10)
         log.close()
+
+
+def _wait_for_site(site: subprocess.Popen[bytes], log: Path, timeout_s: float = 120) -> None:
+    """Until the site says it serves (its pages and sitemaps built, a while for 100,000 pages).
+    An open port is not enough: another benchmark's site on the same port would pass for it,
+    and the crawl would measure that site while this one failed to bind."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if site.poll() is not None:
+            lines = log.read_text(errors="replace").strip().splitlines()
+            raise RuntimeError(f"benchmark site exited with {site.returncode}: {lines[-1] if lines else ''}")
+        if b"perf site: " in log.read_bytes():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"benchmark site did not start in {timeout_s:.0f} s; see {log}")
 
 
 def _wait_for_port(address: str, timeout_s: float = 15) -> None:
@@ -248,6 +265,7 @@ def run_pipeline(
             (c.peak_rss_mb for c in children.finished if c.name.startswith("worker")), default=0.0
         ),
         site_cpu_s=site_after - site_before,
+        worker_cpu_s=children.cpu_s("worker"),
     )
 
 

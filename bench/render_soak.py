@@ -35,10 +35,32 @@ CYCLE = ("/content", "/links", "/popup", "/away")
 CRASH_EVERY = 50
 
 
-def tree_memory_mb() -> float:
-    """This process and everything below it (the driver, the browser, the watchdog)."""
-    pids = [os.getpid(), *(p.pid for p in descendants(os.getpid()))]
-    return sum(proportional_bytes(pid) for pid in pids) / 2**20
+def tree_memory_mb() -> tuple[float, float]:
+    """This process and everything below it (the driver, the browser, the watchdog), and this
+    process alone: a leak of ours and a leak of the browser's grow different figures."""
+    own = proportional_bytes(os.getpid())
+    below = sum(proportional_bytes(p.pid) for p in descendants(os.getpid()))
+    return round((own + below) / 2**20, 1), round(own / 2**20, 1)
+
+
+def cpu_seconds() -> float:
+    """CPU of this process and of everything below it now (the browser's processes that ended,
+    a crashed page's, are missed: a lower bound)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in [os.getpid(), *(p.pid for p in descendants(os.getpid()))]:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat_file:
+                fields = stat_file.read().decode("utf-8", "replace").rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def percentile(values: list[int], share: float) -> int:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0
 
 
 def slope_mb_per_1000(points: list[tuple[int, float]]) -> float:
@@ -63,13 +85,16 @@ def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]
     engine = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
     outcomes: dict[str, int] = {}
     samples: list[tuple[int, float]] = []
+    own_samples: list[tuple[int, float]] = []
+    process_samples: list[tuple[int, int]] = []  # Chromium's processes: a stray one shows here first
+    render_ms: list[int] = []
     browsers_seen: set[int] = set()
     details: dict[str, str] = {}  # the first error of each kind, for a person to read
 
     def one(index: int) -> str:
         path = "/memory" if index % CRASH_EVERY == CRASH_EVERY - 1 else CYCLE[index % len(CYCLE)]
         try:
-            engine.render(site.url(path))
+            render_ms.append(engine.render(site.url(path)).render_ms)
         except RenderCrashed as exc:
             if path != "/memory":
                 details.setdefault(f"crashed on {path}", str(exc)[:300])
@@ -79,14 +104,18 @@ def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]
             return exc.reason
         return "ok" if path != "/memory" else "memory_page_survived"
 
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), cpu_seconds()
     with ThreadPoolExecutor(concurrency) as pool:
         for done, outcome in enumerate(pool.map(one, range(renders)), 1):
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             if done % sample_every == 0:
-                samples.append((done, round(tree_memory_mb(), 1)))
-                browsers_seen |= {p.pgid for p in descendants(os.getpid()) if p.pid == p.pgid}
-    elapsed_s = time.monotonic() - started
+                tree_mb, own_mb = tree_memory_mb()
+                samples.append((done, tree_mb))
+                own_samples.append((done, own_mb))
+                below = descendants(os.getpid())
+                browsers_seen |= {p.pgid for p in below if p.pid == p.pgid}
+                process_samples.append((done, sum(1 for p in below if p.pgid in browsers_seen)))
+    elapsed_s, cpu_s = time.monotonic() - started, cpu_seconds() - cpu_started
     assert engine.pool is not None
     figures = dataclasses.asdict(engine.pool.figures)
     engine.close()
@@ -95,18 +124,28 @@ def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]
     canary.close()
     left = [p.pid for p in all_processes() if p.pgid in browsers_seen]
     second_half = [point for point in samples if point[0] > renders // 2]
+    own_second_half = [point for point in own_samples if point[0] > renders // 2]
     half = min(samples, key=lambda point: abs(point[0] - renders // 2)) if samples else (0, 0.0)
     return {
         "renders": renders,
         "concurrency": concurrency,
         "seconds": round(elapsed_s, 1),
         "pages_per_s": round(renders / elapsed_s, 2),
+        "cpu_ms_per_render_at_least": round(cpu_s * 1000 / renders, 1),
+        "render_ms_p50_p95_max": [
+            percentile(render_ms, 0.5),
+            percentile(render_ms, 0.95),
+            max(render_ms, default=0),
+        ],
         "outcomes": outcomes,
         "errors": details,
         "pool": figures,
         "memory_mb_samples": samples,
         "second_half_growth_mb": round(samples[-1][1] - half[1], 1) if samples else 0.0,
         "second_half_slope_mb_per_1000": round(slope_mb_per_1000(second_half), 1),
+        "renderer_process_mb_samples": own_samples,
+        "browser_process_samples": process_samples,
+        "renderer_process_second_half_slope_mb_per_1000": round(slope_mb_per_1000(own_second_half), 1),
         "chromium_processes_after_stop": len(left),
     }
 

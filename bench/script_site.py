@@ -34,6 +34,12 @@ const kept = []; for (;;) { kept.push(new Array(1e6).fill(Math.random())); }
     "/away": """<div id="root">leaving</div><script>
 setTimeout(() => { location.href = '/content'; }, 50);
 </script>""",
+    # Its load event waits for an image the site never finishes sending: render_timeout.
+    "/never-loads": """<div id="root">waits for an image</div><img src="/hang.png">""",
+    "/dialog": """<div id="root">asks questions</div><script>
+alert('hello'); const sure = confirm('sure?'); prompt('name?');
+document.getElementById('root').textContent = 'dialogs dismissed: ' + (sure ? 'accepted' : 'declined');
+</script>""",
     "/plain": "<h1>Plain</h1><p>" + "A page a worker stores as it comes, no script needed. " * 20 + "</p>",
     "/hostile": """<div id="root">hostile</div>
 <iframe src="http://CANARY/frame"></iframe><img src="http://CANARY/image.png">
@@ -47,6 +53,22 @@ setTimeout(() => { location.href = 'http://CANARY/away'; }, 200);
 
 
 BENCH_CYCLE = ("/content", "/links", "/popup", "/away")
+# A site whose links only scripts build, for discovery: /spa/<n> links to /spa/<2n+1> and
+# /spa/<2n+2> while they are under SPA_PAGES, so a crawl from /spa/0 that follows the rendered
+# links reaches every page, and one that reads the shells reaches only the first.
+SPA_PAGES = 7
+SPA_PAGE = """<div id="root"></div><script>
+const root = document.getElementById('root');
+root.innerHTML = '<h1>Page __N__</h1><p>built by a script, page __N__ of the app</p>';
+for (const child of [2 * __N__ + 1, 2 * __N__ + 2].filter((k) => k < __LIMIT__)) {
+  const a = document.createElement('a'); a.href = '/spa/' + child; a.textContent = 'page ' + child;
+  root.appendChild(a);
+}
+</script>"""
+
+
+def spa_paths() -> tuple[str, ...]:
+    return tuple(f"/spa/{n}" for n in range(SPA_PAGES))
 
 
 class ScriptHandler(BaseHTTPRequestHandler):
@@ -78,6 +100,13 @@ class ScriptHandler(BaseHTTPRequestHandler):
             self.send(200, "application/xml", body.encode())
         elif path == "/tick":
             self.send(200, "text/plain", b"tick")
+        elif path == "/hang.png":  # headers, then nothing until the site closes
+            self.hang(site)
+        elif path == "/download":
+            self.send_download()
+        elif path.startswith("/spa/") and path[5:].isdigit() and int(path[5:]) < SPA_PAGES:
+            script = SPA_PAGE.replace("__N__", path[5:]).replace("__LIMIT__", str(SPA_PAGES))
+            self.send(200, "text/html; charset=utf-8", shell(f"spa {path[5:]}", script))
         elif path.startswith("/p/") and path[3:].isdigit():  # many pages, for the benchmark
             self.page(BENCH_CYCLE[int(path[3:]) % len(BENCH_CYCLE)], site)
         elif path in PAGES:
@@ -87,8 +116,35 @@ class ScriptHandler(BaseHTTPRequestHandler):
 
     def page(self, path: str, site: ScriptSite) -> None:
         script = PAGES[path].replace("CANARY", site.canary_address)
-        body = f"<!doctype html><html><head><title>{path[1:]}</title></head><body>{script}</body></html>"
-        self.send(200, "text/html; charset=utf-8", body.encode())
+        self.send(200, "text/html; charset=utf-8", shell(path[1:], script))
+
+    def hang(self, site: ScriptSite) -> None:
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.flush()
+        except OSError:
+            return
+        site.closing.wait()
+        self.close_connection = True
+
+    def send_download(self) -> None:
+        body = b"a file, not a page" * 100
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Disposition", 'attachment; filename="report.bin"')
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            self.close_connection = True
+
+
+def shell(title: str, script: str) -> bytes:
+    return f"<!doctype html><html><head><title>{title}</title></head><body>{script}</body></html>".encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -126,6 +182,7 @@ class ScriptSite:
         self.canary_address = f"{CANARY_HOST}:{canary.port}"
         self.sitemap_paths = sitemap_paths
         self.requests: list[str] = []
+        self.closing = threading.Event()  # lets go of the answers that hang (/hang.png)
         self._server = _Server((SITE_HOST, 0), ScriptHandler)
         self._server.site = self
         self.port = self._server.server_address[1]
@@ -135,5 +192,6 @@ class ScriptSite:
         return f"http://{SITE_HOST}:{self.port}{path}"
 
     def close(self) -> None:
+        self.closing.set()
         self._server.shutdown()
         self._server.server_close()

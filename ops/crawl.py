@@ -1,11 +1,13 @@
 """python -m ops.crawl: run a whole crawl on this machine, as separate processes, and account for it.
 
 Starts the dead-letter consumer and N workers, as one pool of N processes with
-FETCH_CONCURRENCY (24 by default) fetches in flight each (ops/crawl_workers.py), runs the
-producer, waits until every URL the run has enqueued is stored, dead-lettered or skipped, stops
-everything with SIGTERM and prints the accounting. Meanwhile it shows progress: a live line on
-a terminal, a line every --progress-every seconds elsewhere. A worker that dies is started
-again: by its pool, and the pool by ops/crawl_processes.py.
+FETCH_CONCURRENCY (24 by default) fetches in flight each (ops/crawl_workers.py), and renderers
+when the crawl renders pages (RENDER=auto, or a routing rule with render = "always":
+ops/crawl_renderers.py), runs the producer, waits until every URL the run has enqueued is
+stored, dead-lettered or skipped, stops everything with SIGTERM and prints the accounting.
+Meanwhile it shows progress: a live line on a terminal, a line every --progress-every seconds
+elsewhere. A worker (or renderer) that dies is started again: by its pool, and the pool by
+ops/crawl_processes.py.
 Ctrl-C, or SIGTERM, stops the processes and prints the accounting so far (exit 130, or 143 for
 SIGTERM); the same command with the same --run-id finishes the run. A blip of Redis or
 PostgreSQL shows "?" in the progress line; only one that lasts OUTAGE_LIMIT_S ends the crawl
@@ -41,6 +43,7 @@ from ops.crawl_processes import (
     sigterm_as_interrupt,
     stop_signals_ignored,
 )
+from ops.crawl_renderers import renderer_launches, renderers_line
 from ops.crawl_report import print_accounting, producer_line, what_stays
 from ops.crawl_workers import DEFAULT_WORKERS, worker_launches
 from ops.run_delete import delete_run
@@ -94,6 +97,7 @@ def run_crawl(
     separate_workers: bool = False,
     discovering: bool = False,
     quiet_s: float = 0.0,  # a discovery run's: DISCOVERY_QUIET_S unless given
+    renderers: int | None = None,  # renderer processes if the crawl renders; None: RENDERER_PROCESSES
 ) -> int:
     """Run producer, `workers` workers (one pool, or as many processes with `separate_workers`)
     and the dead-letter consumer; return 0 when every URL the run has enqueued (this time and
@@ -104,9 +108,14 @@ def run_crawl(
     procs = Processes(log_dir, env, say=display.note)
     child_settings = Settings.from_env(env)
     launches = worker_launches(workers, child_settings.worker_processes, separate=separate_workers)
+    launches += renderer_launches(child_settings, renderers)
     ports = metrics_ports(child_settings, launches)
     if ports:
         print(describe(ports, launches, child_settings.metrics_host), file=out)
+    if rendering := renderers_line(
+        child_settings, launches[-1:] if launches[-1].module == "renderer" else []
+    ):
+        print(rendering, file=out)
     started = time.monotonic()
     with sigterm_as_interrupt() as stop_request, RunWatch(settings, run_id) as watch:
         state = watch.state()
@@ -125,7 +134,9 @@ def run_crawl(
                     "dlq_consumer", "dlq_consumer", "consume", env=env_for("dlq_consumer", env, ports)
                 )
                 for launch in launches:
-                    procs.start(launch.name, "worker", *launch.args, env=env_for(launch.name, env, ports))
+                    procs.start(
+                        launch.name, launch.module, *launch.args, env=env_for(launch.name, env, ports)
+                    )
                 if discovering:  # follows the links workers send (producer/frontier_service.py)
                     procs.start("frontier", "producer", "--frontier", env=env_for("frontier", env, ports))
                 producer = start_producer(run_id, producer_args, env_for("producer", env, ports), log_dir)
@@ -293,6 +304,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         f"fetches in flight (default: {DEFAULT_WORKERS})",
     )
     parser.add_argument(
+        "--renderers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="renderer processes (python -m renderer, one Chromium each) when the crawl renders "
+        'pages: RENDER=auto or a routing rule with render = "always" (default: RENDERER_PROCESSES, '
+        "1); 0 starts none, for renderers that run elsewhere",
+    )
+    parser.add_argument(
         "--separate-workers",
         action="store_true",
         help="start each worker as a process of its own (python -m worker) instead of one pool",
@@ -350,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.workers < 1:
         raise ConfigError("--workers: must be at least 1")
+    renderer_launches(settings, args.renderers)  # --renderers and CHROMIUM_PATH: one line now
     if args.progress_every <= 0:
         raise ConfigError("--progress-every: must be more than 0 seconds")
     if args.fresh and not args.run_id:
@@ -371,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             progress_every_s=args.progress_every,
             separate_workers=args.separate_workers,
             discovering=discovery.discovers,
+            renderers=args.renderers,
         )
 
 

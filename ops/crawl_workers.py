@@ -26,11 +26,13 @@ DEFAULT_WORKERS = 4
 
 @dataclass(frozen=True)
 class WorkerLaunch:
-    """One process of `python -m worker` that the crawl starts and supervises."""
+    """One process of `python -m worker` (or of `python -m renderer`, a worker whose fetch is a
+    browser: ops/crawl_renderers.py) that the crawl starts and supervises."""
 
     name: str  # in the crawl's lines ("worker-pool started again") and its log file's name
-    args: tuple[str, ...]  # after `python -m worker`
+    args: tuple[str, ...]  # after `python -m <module>`
     processes: int  # worker processes it runs: a pool's size, else WORKER_PROCESSES (1)
+    module: str = "worker"
 
 
 def worker_launches(workers: int, worker_processes: int = 1, *, separate: bool = False) -> list[WorkerLaunch]:

@@ -9,9 +9,13 @@ from shared.settings import Settings
 # Inside format(), %% is a literal % to psycopg.
 ROW_QUERIES = {
     "page": """
-        SELECT run_id, format('HTTP %%s, %%s, fetched %%s by %%s in %%s ms%%s, %%s failed attempts before',
+        SELECT run_id, format('HTTP %%s, %%s, fetched %%s by %%s in %%s ms%%s, %%s failed attempts before%%s',
                               http_status, queue, fetched_at, worker_id, fetch_ms,
-                              CASE WHEN from_cache THEN ' (from cache)' ELSE '' END, failed_attempts)
+                              CASE WHEN from_cache THEN ' (from cache)' ELSE '' END, failed_attempts,
+                              -- where its WARC record is: what `tail -c +OFFSET+1 | head -c LENGTH` reads
+                              CASE WHEN warc_filename IS NULL THEN ''
+                                   ELSE format('; WARC record in %%s at offset %%s, %%s bytes',
+                                               warc_filename, warc_offset, warc_length) END)
         FROM pages WHERE url = %(url)s""",
     "dead letter": """
         SELECT run_id, format('%%s (%%s), %%s attempts, %%s replays, from %%s at %%s: %%s',

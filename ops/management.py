@@ -28,12 +28,15 @@ def amqp_part(settings: Settings, part: str) -> str:
     return unquote(value) if value else "guest"
 
 
-def getter(settings: Settings) -> HttpGet:
-    """GET with the broker's credentials; raises requests.RequestException on any failure."""
+def getter(settings: Settings, session: requests.Session | None = None) -> HttpGet:
+    """GET with the broker's credentials; raises requests.RequestException on any failure.
+    Through `session` when given, so that a caller asking again and again (the dashboard's
+    sampler) keeps its HTTP connection open instead of opening one a request."""
     auth = (amqp_part(settings, "user"), amqp_part(settings, "password"))
+    send = session.get if session is not None else requests.get
 
     def get(url: str) -> Any:
-        response = requests.get(url, auth=auth, timeout=MANAGEMENT_TIMEOUT_S)
+        response = send(url, auth=auth, timeout=MANAGEMENT_TIMEOUT_S)
         response.raise_for_status()
         return response.json()
 

@@ -37,6 +37,9 @@ DELETE_ROWS = (
 # Its counters (run_counters: the triggers leave them at zero once the rows are gone), so that
 # the run leaves the runs list too.
 DELETE_COUNTERS = "DELETE FROM run_counters WHERE run_id = %(run)s"
+# A discovery run's options kept beside Redis's copy (producer/discovery_store.py): a run started
+# again under the same id would otherwise find the old scope and limits there.
+DELETE_OPTIONS = "DELETE FROM run_discovery WHERE run_id = %(run)s"
 KEYS_A_BATCH = 500
 
 
@@ -56,6 +59,9 @@ def run_keys_patterns(keys: Keys, run_id: str) -> list[str]:
         keys.run_state(run),
         keys.run_seeded(run),
         keys.run_producing(run),
+        keys.run_discovery(run),  # a discovery run's: its options, hosts' counts, frontiers' marks
+        keys.run_discovered_hosts(run),
+        keys.run_frontier(run),
         keys.producer_heartbeat(run, "*"),
         keys.producer_heartbeat(run, "*", "??"),  # one per bucket group on a Redis Cluster
         keys.seen(run, "??") + "*",  # the run's 65,536 dedup hashes
@@ -82,6 +88,7 @@ def delete_run(settings: Settings, client: redis.Redis, keys: Keys, run_id: str,
     with db.translate(settings), db.connect(settings) as conn:
         rows = sum(conn.execute(statement, {"run": run_id}).rowcount for statement in DELETE_ROWS)
         conn.execute(DELETE_COUNTERS, {"run": run_id})
+        conn.execute(DELETE_OPTIONS, {"run": run_id})
         conn.commit()
     return Deleted(rows, _delete_keys(client, keys, run_id), deleted_held)
 

@@ -115,11 +115,22 @@ def producing(client: redis.Redis, prefix: str, run_id: str) -> bool:
 
 class ProgressReader:
     """Reads runs' progress over one PostgreSQL connection and one Redis client kept open (the
-    Tally pattern); a lost connection is opened again by the next read."""
+    Tally pattern); a lost connection is opened again by the next read. A caller that holds
+    connections of its own (the dashboard) lends them with `conn` and `client`: those are used
+    as they are and never closed here."""
 
-    def __init__(self, settings: Settings, window_s: float = RATE_WINDOW_S) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        window_s: float = RATE_WINDOW_S,
+        *,
+        conn: psycopg.Connection[tuple[object, ...]] | None = None,
+        client: redis.Redis | None = None,
+    ) -> None:
         self._settings = settings
         self._window_s = window_s
+        self._lent_conn = conn
+        self._lent_client = client
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._redis: redis.Redis | None = None
 
@@ -160,12 +171,16 @@ class ProgressReader:
         return stored, dead, skipped, int(recent), None if age_s is None else float(age_s)  # type: ignore[call-overload,arg-type]
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._lent_conn is not None:
+            return self._lent_conn
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._close_db()
             self._conn = db.connect(self._settings, autocommit=True)
         return self._conn
 
     def _client(self) -> redis.Redis:
+        if self._lent_client is not None:
+            return self._lent_client
         if self._redis is None:
             self._redis = connect_redis(self._settings, GLANCE)
         return self._redis

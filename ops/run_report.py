@@ -19,6 +19,7 @@ import psycopg
 
 from ops.accounting import Accounting, Tally, account
 from ops.copies import Copies
+from renderer.figures import RENDER_MS_FIELD, RENDERS_PREFIX
 from shared.cli import configure_logging, run_main
 from shared.errors import ConfigError
 from shared.redis.client import OPERATOR, connect_redis
@@ -66,6 +67,7 @@ def render(a: Accounting, counters: dict[str, int]) -> str:
         f"  accounted for     {a.accounted:6d} of {enqueued}: {mark}\n"
         f"  retries           {a.retries:6d}"
         + rendered_line(counters)
+        + renders_line(counters)
         + "".join(f"\n{line}" for line in Copies.from_counters(counters).lines())
     )
 
@@ -84,6 +86,22 @@ def rendered_line(counters: dict[str, int]) -> str:
         return ""
     shown = ", ".join(f"{reason} {n}" for reason, n in reasons.items() if n)
     return f"\n  sent to render    {total:6d}   ({shown})"
+
+
+def renders_line(counters: dict[str, int]) -> str:
+    """The renders made for the run (every attempt), by outcome, and their mean time
+    (renderer/figures.py); nothing when there were none."""
+    outcomes = {
+        name.removeprefix(RENDERS_PREFIX).replace("_", " "): n
+        for name, n in sorted(counters.items())
+        if name.startswith(RENDERS_PREFIX) and n
+    }
+    total = sum(outcomes.values())
+    if not total:
+        return ""
+    shown = ", ".join(f"{outcome} {n}" for outcome, n in outcomes.items())
+    mean_ms = counters.get(RENDER_MS_FIELD, 0) / total
+    return f"\n  renders           {total:6d}   ({shown}; {mean_ms:.0f} ms each on average)"
 
 
 def report(settings: Settings, run_id: str, wait_s: float, out: IO[str]) -> int:

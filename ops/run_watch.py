@@ -30,7 +30,7 @@ from shared.message_bounds import TASK_KINDS
 from shared.progress import Snapshot
 from shared.redis.client import OPERATOR, connect_redis
 from shared.redis.keys import Keys
-from shared.redis.runstate import read_state, recorded_counters, recorded_enqueued
+from shared.redis.runstate import frontier_holds_a_page, read_state, recorded_counters, recorded_enqueued
 from shared.settings import Settings
 
 OUTAGE_LIMIT_S = 120.0
@@ -113,8 +113,14 @@ class RunWatch:
             return None
 
     def links_waiting(self) -> int | None:
-        """Ready messages in the discovery queue (links of stored pages, for the frontier); None
-        when the broker cannot be asked right now."""
+        """Ready messages in the discovery queue (links of stored pages, for the frontier), and
+        one more while a frontier holds a page of this run (a page it takes is no longer ready,
+        and its links are not yet enqueued); None when the broker or Redis cannot be asked now."""
+        try:
+            if frontier_holds_a_page(self._redis, self._keys, self._run_id):
+                return 1
+        except redis.exceptions.RedisError:
+            return None
         try:
             if self._connection is None or not self._connection.is_open:
                 self._connection = broker.connect(self._settings, "crawl progress")

@@ -17,6 +17,7 @@ here writes anything. The text is drawn by ops/status_view.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -222,10 +223,13 @@ def running_workers(
     return [{**w, "pages_in_window": pages.get(worker_id, 0)} for worker_id, w in sorted(found.items())]
 
 
-def add_redis_figures(settings: Settings, report: dict[str, Any], run_id: str | None) -> None:
+def add_redis_figures(
+    settings: Settings, report: dict[str, Any], run_id: str | None, lent: redis.Redis | None = None
+) -> None:
     """The run's counters and the running workers. Without Redis a run's view fails (its
-    counters were asked for); the overview goes on without the workers."""
-    client = connect_redis(settings, GLANCE)
+    counters were asked for); the overview goes on without the workers. A `lent` client is used
+    and left open."""
+    client = lent if lent is not None else connect_redis(settings, GLANCE)
     activity = report.get("activity")
     pages = activity["pages_by_worker"] if activity else {}
     try:
@@ -246,11 +250,21 @@ def add_redis_figures(settings: Settings, report: dict[str, Any], run_id: str | 
         report["workers"] = None
         report["proxies"] = report["politeness"] = None
     finally:
-        client.close()
+        if lent is None:
+            client.close()
 
 
-def gather(settings: Settings, run_id: str | None, get: HttpGet | None = None) -> dict[str, Any]:
-    """The whole report as JSON-safe data."""
+def gather(
+    settings: Settings,
+    run_id: str | None,
+    get: HttpGet | None = None,
+    *,
+    conn: psycopg.Connection[Any] | None = None,
+    client: redis.Redis | None = None,
+) -> dict[str, Any]:
+    """The whole report as JSON-safe data. Over connections of its own, opened and closed
+    here, or over the caller's: a PostgreSQL `conn` in autocommit and a Redis `client`, which
+    are used and left open (the dashboard asks every few seconds)."""
     queues = management_queues(settings, get or management.getter(settings))
     source = "management"
     if queues is None:
@@ -260,29 +274,30 @@ def gather(settings: Settings, run_id: str | None, get: HttpGet | None = None) -
         "queue_source": source,
         "queues": [asdict(q) for q in queues],
     }
-    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
-        row = conn.execute(TABLES_EXIST).fetchone()
+    with db.translate(settings), contextlib.ExitStack() as opened:
+        pg = conn if conn is not None else opened.enter_context(db.connect(settings, autocommit=True))
+        row = pg.execute(TABLES_EXIST).fetchone()
         has_tables = bool(row and row[0])
         if run_id is None:
-            report["runs"] = latest_runs(conn) if has_tables else []
+            report["runs"] = latest_runs(pg) if has_tables else []
         else:
             empty = {"pages": 0, "dead_letters": {}, "replayed": 0, "skips": {}}
-            figures = run_figures(settings, conn, run_id) if has_tables else empty
+            figures = run_figures(settings, pg, run_id) if has_tables else empty
             report["run"] = {"run_id": run_id, **figures}
-        report["activity"] = recent_activity(conn, run_id) if has_tables else None
-    add_redis_figures(settings, report, run_id)
+        report["activity"] = recent_activity(pg, run_id) if has_tables else None
+    add_redis_figures(settings, report, run_id, client)
     if run_id is not None and has_tables:
-        report["run"]["progress"] = progress_figures(settings, report, run_id)
+        with ProgressReader(settings, conn=conn, client=client) as reader:
+            report["run"]["progress"] = progress_figures(reader, report, run_id)
     return report
 
 
-def progress_figures(settings: Settings, report: dict[str, Any], run_id: str) -> dict[str, Any]:
+def progress_figures(reader: ProgressReader, report: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The run's pages/s and ETA as ops.crawl shows them (ops/run_progress.py), with the
     ready messages of the work queues as its "queued"."""
     work = [q["ready"] for q in report["queues"] if q["role"] == "work" and q["exists"]]
     queued = sum(work) if work and None not in work else None
-    with ProgressReader(settings) as reader:
-        progress = reader.read(run_id, report["run"].get("redis_prefix"), queued)
+    progress = reader.read(run_id, report["run"].get("redis_prefix"), queued)
     return {**progress.as_json(), "line": progress.line()}
 
 

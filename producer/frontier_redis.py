@@ -1,10 +1,11 @@
-"""The frontier's reads and counts in Redis (producer/frontier.py's FrontierState), and where a
-discovery run's options are kept for it."""
+"""The frontier's reads and counts in Redis (producer/frontier.py's FrontierState), where a
+discovery run's options are kept for it, and which frontiers hold a page of a run (PagesInHand)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import redis
 
@@ -17,6 +18,9 @@ from shared.redis.runstate import CANCELLED, read_state, recorded_enqueued
 # frontier started before the producer wrote them sees them soon.
 OPTIONS_FRESH_S = 5.0
 STATE_FRESH_S = 1.0  # a cancel is seen this soon
+# A frontier's mark that it holds a page of a run lasts this long if the frontier dies with it;
+# settling a page takes milliseconds, or a few seconds when it waits out a dead frontier's claims.
+HOLD_DEADLINE_S = 30.0
 _SEEN_STATES = (b"c", b"h")  # confirmed or handled; a claim is the pipeline's to judge
 
 
@@ -25,10 +29,21 @@ def keep_options(client: redis.Redis, keys: Keys, run_id: str, options: Discover
     client.set(keys.run_discovery(run_id), options.encode())
 
 
+def _none_kept(_run_id: str) -> DiscoveryOptions | None:
+    return None
+
+
 class RedisFrontierState:
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        durable: Callable[[str], DiscoveryOptions | None] = _none_kept,
+    ) -> None:
+        """`durable`: a run's options where they outlive Redis (producer/discovery_store.py)."""
         self._client = client
         self._keys = keys
+        self._durable = durable
         self._options: dict[str, tuple[float, DiscoveryOptions | None]] = {}
         self._states: dict[str, tuple[float, str]] = {}
 
@@ -39,6 +54,12 @@ class RedisFrontierState:
             return kept[1]
         raw = self._client.get(self._keys.run_discovery(run_id))
         options = DiscoveryOptions.decode(raw) if isinstance(raw, bytes) else None
+        if options is None:
+            # Redis restarted empty since the run was seeded (or the run does not discover):
+            # the durable copy, put back in Redis for the next frontier.
+            options = self._durable(run_id)
+            if options is not None:
+                keep_options(self._client, self._keys, run_id, options)
         self._options[run_id] = (now, options)
         return options
 
@@ -72,3 +93,30 @@ class RedisFrontierState:
             for host, n in hosts.items():
                 pipe.hincrby(self._keys.run_discovered_hosts(run_id), host, n)
             pipe.execute()
+
+
+class PagesInHand:
+    """Keys.run_frontier: a field per frontier holding a page of the run, its value the epoch
+    milliseconds after which it no longer counts (a frontier killed holding one leaves it).
+
+    A page's links wait in the discovery queue, then are unacked in the frontier until they are
+    published: the queue's ready count cannot see the second part, this can. `ops.crawl` does
+    not call a discovery run finished while a frontier holds one of its pages, and the
+    dashboard can read the same key to say the total is still growing
+    (shared/redis/runstate.py, frontier_holds_a_page)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, owner: str) -> None:
+        self._client = client
+        self._keys = keys
+        self._owner = owner
+
+    @contextlib.contextmanager
+    def holding(self, run_id: str) -> Iterator[None]:
+        key = self._keys.run_frontier(run_id)
+        self._client.hset(key, self._owner, int((time.time() + HOLD_DEADLINE_S) * 1000))
+        try:
+            yield
+        finally:
+            # A failed removal leaves the mark to its deadline: the run only looks busy longer.
+            with contextlib.suppress(redis.RedisError):
+                self._client.hdel(key, self._owner)

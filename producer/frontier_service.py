@@ -10,14 +10,16 @@ share of two Redis calls a page); several may run, as several producers may, on 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import secrets
 
 import redis
 
 from producer.dedup import Dedup
+from producer.discovery_store import stored_options
 from producer.frontier import Frontier
-from producer.frontier_redis import RedisFrontierState
+from producer.frontier_redis import PagesInHand, RedisFrontierState
 from producer.liveness import Heartbeat
 from producer.pipeline import Pipeline
 from producer.pipeline_types import Counts
@@ -53,7 +55,9 @@ class FrontierHandler:
         self._owner = secrets.token_hex(6)  # one owner for every run's claims
         self._dedups: dict[str, Dedup] = {}
         self._beats = contextlib.ExitStack()
-        self._frontier = Frontier(RedisFrontierState(client, self._keys), self._enqueue)
+        state = RedisFrontierState(client, self._keys, functools.partial(stored_options, settings))
+        self._frontier = Frontier(state, self._enqueue)
+        self._in_hand = PagesInHand(client, self._keys, self._owner)
 
     def __call__(self, delivery: Delivery) -> Outcome:
         try:
@@ -61,7 +65,7 @@ class FrontierHandler:
         except DecodeError as exc:
             log.warning("links message dropped: %s: %s", exc.reason, exc.detail)
             return Outcome.reject(requeue=False)
-        with translate_redis_errors(self._settings.redis_url):
+        with translate_redis_errors(self._settings.redis_url), self._in_hand.holding(page.run_id):
             outcome = self._frontier.take(page)
         log.info(
             "links of %s run=%s depth=%d: %d enqueued, cut %s",

@@ -14,6 +14,7 @@ from typing import Any
 from producer.dedup import Claim, Dedup
 from producer.discovery_args import DiscoveryArgs
 from producer.discovery_scope import DiscoveryOptions
+from producer.discovery_store import store_options
 from producer.fetch import Fetch, HttpFetcher
 from producer.frontier_redis import keep_options
 from producer.liveness import Heartbeat
@@ -117,6 +118,7 @@ def run(
     dedup = Dedup(client, Keys(settings.redis_prefix), options.run_id)
     try:
         if discovery is not None:  # before any URL of the run: the frontier reads them
+            store_options(settings, options.run_id, discovery)  # the copy a Redis restart keeps
             with translate_redis_errors(settings.redis_url):
                 keep_options(client, Keys(settings.redis_prefix), options.run_id, discovery)
         with (

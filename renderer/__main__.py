@@ -11,25 +11,28 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import resource
 
-from renderer.engine import RenderEngine, RenderFetch, require_chromium
+import redis
+
+from renderer.chromium import require_chromium
+from renderer.engine import RenderEngine, RenderFetch
+from renderer.figures import RunRenderFigures, RunsInHand, counted_by_run
 from renderer.watchdog import Watchdog
 from shared import metrics
 from shared.amqp.topology import render_queue
-from shared.cli import configure_logging, exit_code_of, run_main
-from shared.consumer import ConsumerHooks, Subscription, run_consumers
+from shared.cli import run_main
+from shared.consumer import Subscription, run_consumers
 from shared.http.netguard import AddressGuard, address_policy
 from shared.metrics import start_metrics_server
 from shared.postgres import db
-from shared.redis.deferred_writes import flush
+from shared.redis.keys import Keys
 from shared.redis.presence import announced
+from shared.service_start import PooledService, add_processes_argument, log_stopped, with_command_line
 from shared.settings import Settings
 from worker.fetch.response import CacheEntry, Response
 from worker.handler import CrawlHandler
 from worker.pool import run_pool
-from worker.store.writer import ResultStore
-from worker.wiring import HttpFetch, build_handler, connect_worker_redis
+from worker.wiring import HttpFetch, build_handler, close_handler, connect_worker_redis, consumer_hooks
 
 log = logging.getLogger(__name__)
 
@@ -58,56 +61,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "page says. Run as many as you like. Settings come from the environment (.env.example).",
     )
     parser.add_argument("--concurrency", type=int, help="pages in flight (default: RENDER_CONCURRENCY)")
-    parser.add_argument(
-        "--processes",
-        type=int,
-        help="renderer processes, forked after start-up by one that supervises them (default: "
-        "RENDERER_PROCESSES, 1); each has its own browser",
-    )
+    add_processes_argument(parser, "renderer", "RENDERER_PROCESSES", each_has="browser")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    settings = Settings.from_env()
-    if args.concurrency or args.processes:
-        settings = dataclasses.replace(
-            settings,
-            render_concurrency=args.concurrency or settings.render_concurrency,
-            renderer_processes=args.processes or settings.renderer_processes,
-        )
-        settings.validate()
+    settings = with_command_line(
+        Settings.from_env(), render_concurrency=args.concurrency, renderer_processes=args.processes
+    )
     require_chromium(settings.chromium_path)
-    if settings.renderer_processes == 1:
-        configure_logging(settings.log_level, "renderer", settings.log_format, settings.worker_id)
-        return serve(settings)
-    configure_logging(settings.log_level, "renderer", settings.log_format, f"{settings.worker_id}-pool")
-    db.ensure_schema(settings)
-    return run_pool(
-        settings.renderer_processes,
-        lambda index: exit_code_of(
-            "renderer", lambda: serve(pool_member(settings, index), schema_ready=True)
-        ),
-        name_of=lambda index: f"renderer {settings.worker_id}-{index}",
-    )
+    return SERVICE.start(settings, settings.renderer_processes)
 
 
-def pool_member(settings: Settings, index: int) -> Settings:
-    member = dataclasses.replace(
-        settings,
-        worker_id=f"{settings.worker_id}-{index}",
-        metrics_port=settings.metrics_port + index if settings.metrics_port else 0,
-    )
-    logging.getLogger().handlers.clear()
-    configure_logging(member.log_level, "renderer", member.log_format, member.worker_id)
-    return member
-
-
-def build_renderer(settings: Settings, engine: RenderEngine, client: object) -> CrawlHandler:
-    """The worker's handler with a browser for its fetch and no response cache."""
-    handler = build_handler(settings, client)  # type: ignore[arg-type]
+def build_renderer(
+    settings: Settings, engine: RenderEngine, client: redis.Redis, runs: RunsInHand
+) -> CrawlHandler:
+    """The worker's handler with a browser for its fetch and no response cache; each render
+    counted in the figures of the run in hand (renderer/figures.py)."""
+    handler = build_handler(settings, client)
     assert isinstance(handler.fetch, HttpFetch)
-    return dataclasses.replace(handler, fetch=RenderFetch(engine, handler.fetch.robots_txt), cache=NoCache())
+    count = counted_by_run(runs, RunRenderFigures(client, Keys(settings.redis_prefix)))
+    return dataclasses.replace(
+        handler, fetch=RenderFetch(engine, handler.fetch.robots_txt, count), cache=NoCache()
+    )
 
 
 def serve(settings: Settings, *, schema_ready: bool = False) -> int:
@@ -119,7 +96,8 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
     client = connect_worker_redis(settings)
     watchdog = Watchdog.start()
     engine = RenderEngine(settings, AddressGuard(address_policy(settings)), watchdog).start()
-    handler = build_renderer(settings, engine, client)
+    runs = RunsInHand()
+    handler = build_renderer(settings, engine, client, runs)
     metrics.BROWSER_RSS_BYTES.set_function(engine.browser_memory_bytes)
     log.info(
         "renderer %s starting with %d pages in flight, chromium at %s",
@@ -133,31 +111,19 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 settings,
                 "renderer",
                 [Subscription(render_queue(settings.crawl_namespace), 0)],
-                handler,
+                runs.around(handler),
                 settings.render_concurrency,
-                ConsumerHooks(
-                    park=handler.parked,
-                    when_idle=lambda: flush(client),
-                    when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
-                ),
+                consumer_hooks(handler, client),
             )
     finally:
-        if isinstance(handler.store, ResultStore):
-            handler.store.close()
-        if handler.handled is not None:
-            handler.handled.close()
-        if handler.archive is not None:
-            handler.archive.close()  # after the last row: its WARC file loses its .open (docs/WARC.md)
+        close_handler(handler)
         engine.close()
         watchdog.stop()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    log.info(
-        "renderer %s stopped: peak_rss_mb=%.1f cpu_s=%.2f",
-        settings.worker_id,
-        usage.ru_maxrss / 1024,
-        usage.ru_utime + usage.ru_stime,
-    )
+    log_stopped(log, "renderer", settings.worker_id)
     return code
+
+
+SERVICE = PooledService("renderer", serve, run_pool, before_fork=db.ensure_schema)  # the schema, once
 
 
 if __name__ == "__main__":

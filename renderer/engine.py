@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from renderer.browser import BrowserOptions, BrowserPool
+from renderer.chromium import require_chromium
 from renderer.page import Rendered, RenderTimeout
 from renderer.proxy import GuardedProxy
 from renderer.watchdog import Watchdog
@@ -40,14 +40,6 @@ RENDERED_TYPE = "text/html; charset=utf-8"  # page.content() is text: stored enc
 def browser_refused(reason: str, target: str) -> None:
     metrics.RENDER_REQUESTS_REFUSED.labels(reason).inc()
     log.debug("browser request refused (%s): %s", reason, target)
-
-
-def require_chromium(path: str) -> None:
-    """A CHROMIUM_PATH that is not there, refused in one line before anything starts."""
-    if not os.access(path, os.X_OK):
-        raise ConfigError(
-            f"CHROMIUM_PATH: {path!r} is not an executable (apt-get install --no-install-recommends chromium)"
-        )
 
 
 class RenderEngine:
@@ -118,12 +110,23 @@ class RenderEngine:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
 
 
-class RenderFetch:
-    """The handler's Fetch in a renderer."""
+class Renders(Protocol):
+    def render(self, url: str) -> Rendered: ...
 
-    def __init__(self, engine: RenderEngine, robots_txt: Callable[[str], RobotsAnswer]) -> None:
+
+class RenderFetch:
+    """The handler's Fetch in a renderer. `count` is told each render's outcome and its
+    milliseconds (renderer/figures.py: the run's figures)."""
+
+    def __init__(
+        self,
+        engine: Renders,
+        robots_txt: Callable[[str], RobotsAnswer],
+        count: Callable[[str, int], None] | None = None,
+    ) -> None:
         self._engine = engine
         self._robots_txt = robots_txt
+        self._count = count
 
     def page(self, url: str, revalidate: CacheEntry | None) -> Response:
         started = time.monotonic()
@@ -132,9 +135,12 @@ class RenderFetch:
         except Exception as exc:
             reason = getattr(exc, "reason", "error")
             metrics.RENDERS.labels(reason).inc()
+            self._counted(reason, started)
             raise
-        metrics.RENDERS.labels("ok" if rendered.settled else "unsettled").inc()
+        outcome = "ok" if rendered.settled else "unsettled"
+        metrics.RENDERS.labels(outcome).inc()
         metrics.observe_fetch(time.monotonic() - started, rendered.status)
+        self._counted(outcome, started)
         return Response(
             final_url=rendered.final_url,
             status=rendered.status,
@@ -145,3 +151,7 @@ class RenderFetch:
 
     def robots_txt(self, url: str) -> RobotsAnswer:
         return self._robots_txt(url)
+
+    def _counted(self, outcome: str, started: float) -> None:
+        if self._count is not None:
+            self._count(outcome, int((time.monotonic() - started) * 1000))

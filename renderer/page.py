@@ -28,6 +28,10 @@ from worker.fetch.verdicts import classify
 RENDER_TIMEOUT, RENDER_CRASHED, RENDER_REFUSED = "render_timeout", "render_crashed", "render_refused"
 SETTLE_STEP_S = 0.25  # how long the DOM must stay readable after a script navigated the page
 BLANK_TIMEOUT_S = 5.0  # leaving a rendered page for about:blank
+# Past the deadline, for reading the DOM of a page that never settled: the wait for idle ends at
+# the deadline and the read comes after it. With 1 s, a loaded machine (load average 60 on 2
+# cores) turned such pages into render_timeouts.
+READ_MARGIN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ async def render(page: Page, url: str, deadline_s: float, extras: Extras) -> Ren
     try:
         work = asyncio.ensure_future(_load_and_read(page, url, started + deadline_s, watch.refused_documents))
         done, _ = await asyncio.wait(
-            (work, watch.crashed), timeout=deadline_s + 1.0, return_when="FIRST_COMPLETED"
+            (work, watch.crashed), timeout=deadline_s + READ_MARGIN_S, return_when="FIRST_COMPLETED"
         )
         if watch.crashed in done:
             work.cancel()

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
-import resource
 
 from shared.amqp.topology import work_queue
-from shared.cli import configure_logging, exit_code_of, run_main
-from shared.consumer import ConsumerHooks, Subscription, run_consumers
+from shared.cli import run_main
+from shared.consumer import Subscription, run_consumers
 from shared.metrics import start_metrics_server
 from shared.postgres import db
-from shared.redis.deferred_writes import flush
 from shared.redis.presence import announced
+from shared.service_start import PooledService, add_processes_argument, log_stopped, with_command_line
 from shared.settings import Settings
 from worker.pool import run_pool
-from worker.store.writer import ResultStore
 from worker.warc.archive import Archive, check_directory
-from worker.wiring import build_handler, connect_worker_redis
+from worker.wiring import build_handler, close_handler, connect_worker_redis, consumer_hooks
 
 log = logging.getLogger(__name__)
 
@@ -41,55 +38,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the work queues to serve, e.g. 'priority' for a pool dedicated to the priority "
         "queue (default: WORKER_QUEUES, all of priority,ttl,bulk)",
     )
-    parser.add_argument(
-        "--processes",
-        type=int,
-        help="worker processes, forked after start-up by one that supervises them (default: "
-        "WORKER_PROCESSES, 1); each has its own fetches in flight",
-    )
+    add_processes_argument(parser, "worker", "WORKER_PROCESSES", each_has="fetches in flight")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    settings = Settings.from_env()
-    if args.concurrency or args.processes or args.queues is not None:
-        settings = dataclasses.replace(
-            settings,
-            fetch_concurrency=args.concurrency or settings.fetch_concurrency,
-            worker_processes=args.processes or settings.worker_processes,
-            worker_queues=settings.worker_queues if args.queues is None else queue_kinds(args.queues),
-        )
-        settings.validate()
-    if settings.worker_processes == 1:
-        configure_logging(settings.log_level, "worker", settings.log_format, settings.worker_id)
-        return serve(settings)
-    configure_logging(settings.log_level, "worker", settings.log_format, f"{settings.worker_id}-pool")
+    settings = with_command_line(
+        Settings.from_env(),
+        fetch_concurrency=args.concurrency,
+        worker_processes=args.processes,
+        worker_queues=None if args.queues is None else queue_kinds(args.queues),
+    )
+    return SERVICE.start(settings, settings.worker_processes)
+
+
+def before_fork(settings: Settings) -> None:
     if settings.warc_dir:
         check_directory(settings.warc_dir)  # once, in one line, rather than from every worker forked
     db.ensure_schema(settings)  # once, before the workers exist
-    return run_pool(
-        settings.worker_processes,
-        lambda index: exit_code_of("worker", lambda: serve(pool_member(settings, index), schema_ready=True)),
-        name_of=lambda index: f"worker {settings.worker_id}-{index}",
-    )
 
 
 def queue_kinds(text: str) -> tuple[str, ...]:
     """--queues priority,ttl: the kinds, as WORKER_QUEUES reads them (checked by validate)."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def pool_member(settings: Settings, index: int) -> Settings:
-    """Worker `index` of a pool: an id of its own, and the metrics port after the one before."""
-    member = dataclasses.replace(
-        settings,
-        worker_id=f"{settings.worker_id}-{index}",
-        metrics_port=settings.metrics_port + index if settings.metrics_port else 0,
-    )
-    logging.getLogger().handlers.clear()  # the parent's, which name the pool
-    configure_logging(member.log_level, "worker", member.log_format, member.worker_id)
-    return member
 
 
 def serve(settings: Settings, *, schema_ready: bool = False) -> int:
@@ -120,31 +92,15 @@ def serve(settings: Settings, *, schema_ready: bool = False) -> int:
                 subscriptions,
                 handler,
                 settings.fetch_concurrency,
-                ConsumerHooks(
-                    park=handler.parked,
-                    # The Redis writes a page leaves for the thread's next command go out when
-                    # no message is waiting for it (shared/redis/deferred_writes.py).
-                    when_idle=lambda: flush(client),
-                    # A worker with nothing else in hand commits its rows at once: no more are
-                    # coming to share the transaction (the end of a crawl, a trickle of URLs).
-                    when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
-                ),
+                consumer_hooks(handler, client),
             )
     finally:
-        if isinstance(handler.store, ResultStore):
-            handler.store.close()
-        if isinstance(handler.archive, Archive):
-            handler.archive.close()  # after the last row: the file being written loses its .open
-        if handler.handled is not None:
-            handler.handled.close()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    log.info(
-        "worker %s stopped: peak_rss_mb=%.1f cpu_s=%.2f",
-        settings.worker_id,
-        usage.ru_maxrss / 1024,
-        usage.ru_utime + usage.ru_stime,
-    )
+        close_handler(handler)
+    log_stopped(log, "worker", settings.worker_id)
     return code
+
+
+SERVICE = PooledService("worker", serve, run_pool, before_fork)
 
 
 if __name__ == "__main__":

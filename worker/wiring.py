@@ -13,11 +13,12 @@ import redis
 
 from shared import metrics
 from shared.amqp.topology import build_topology
+from shared.consumer import ConsumerHooks
 from shared.errors import TaskError
 from shared.http.netguard import check_url, guarded_session
 from shared.http.proxies import Proxy, ProxyFailed, ProxyPool
 from shared.redis.client import WORKER, connect_redis
-from shared.redis.deferred_writes import DeferringRedis, DeferringRedisCluster
+from shared.redis.deferred_writes import DeferringRedis, DeferringRedisCluster, flush
 from shared.redis.keys import Keys
 from shared.redis.runstate import RunStates
 from shared.settings import Settings
@@ -167,3 +168,28 @@ def build_handler(settings: Settings, client: redis.Redis) -> CrawlHandler:
         sent_to_render=RenderFigures(client, keys).sent,  # RENDER=auto's figure of the run
         archive=archive,
     )
+
+
+def consumer_hooks(handler: CrawlHandler, client: redis.Redis) -> ConsumerHooks:
+    """What the consumer loop asks of a crawl handler (a worker's or a renderer's) between its
+    messages."""
+    return ConsumerHooks(
+        park=handler.parked,
+        # The Redis writes a page leaves for the thread's next command go out when no message
+        # is waiting for it (shared/redis/deferred_writes.py).
+        when_idle=lambda: flush(client),
+        # With nothing else in hand, the rows are committed at once: no more are coming to
+        # share the transaction (the end of a crawl, a trickle of URLs).
+        when_quiet=handler.store.commit_soon if isinstance(handler.store, ResultStore) else None,
+    )
+
+
+def close_handler(handler: CrawlHandler) -> None:
+    """Once the consumer loop has returned: the last rows, then the WARC file they point into
+    (it loses its .open, docs/WARC.md), then the handled marks."""
+    if isinstance(handler.store, ResultStore):
+        handler.store.close()
+    if handler.archive is not None:
+        handler.archive.close()
+    if handler.handled is not None:
+        handler.handled.close()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# deploy/local/deep.sh up|down|status: a RabbitMQ node and a Redis of their own, on loopback only,
-# for the deep-frontier benchmark (bench/deep_frontier.py). Millions of queued messages would
+# deploy/local/deep.sh up|down|status|redis-up: a RabbitMQ node and a Redis of their own, on loopback only,
+# for the deep-frontier benchmark (bench/deep_frontier.py) and the soak (tests/soak/). Millions of queued messages would
 # trip the memory or disk alarm of a shared broker and block every other client, so the deep
 # frontier gets a node with its own data directory. Nothing here touches another node.
 #   DEEP_DIR (default /var/tmp/crawl-deep)  data, logs and config
@@ -27,6 +27,15 @@ rabbit_env() {
     export RABBITMQ_PID_FILE=$DEEP_DIR/rabbitmq.pid
 }
 
+# Redis alone, empty: also what brings it back after `redis-cli -p PORT shutdown nosave` (the soak,
+# tests/soak/, restarts it that way, as after a crash).
+redis_up() {
+    mkdir -p "$DEEP_DIR/log" "$DEEP_DIR/redis"
+    redis-server --bind 127.0.0.1 --port "$DEEP_REDIS_PORT" --save '' --appendonly no \
+        --dir "$DEEP_DIR/redis" --daemonize yes --pidfile "$DEEP_DIR/redis.pid" \
+        --logfile "$DEEP_DIR/log/redis.log"
+}
+
 up() {
     mkdir -p "$DEEP_DIR/mnesia" "$DEEP_DIR/log" "$DEEP_DIR/redis"
     cat >"$DEEP_DIR/rabbitmq.conf" <<CONF
@@ -46,9 +55,7 @@ CONF
     fi
     rabbit_env
     rabbitmq-server -detached
-    redis-server --bind 127.0.0.1 --port "$DEEP_REDIS_PORT" --save '' --appendonly no \
-        --dir "$DEEP_DIR/redis" --daemonize yes --pidfile "$DEEP_DIR/redis.pid" \
-        --logfile "$DEEP_DIR/log/redis.log"
+    redis_up
     rabbitmqctl -n "$DEEP_NODE" wait --timeout 120 "$DEEP_DIR/rabbitmq.pid" >/dev/null
     echo "deep frontier services up: amqp://guest:guest@127.0.0.1:$DEEP_AMQP_PORT/%2f" \
         "redis://127.0.0.1:$DEEP_REDIS_PORT/0 management http://127.0.0.1:$DEEP_MGMT_PORT"
@@ -71,10 +78,11 @@ status() {
 
 case ${1:-} in
 up) up ;;
+redis-up) redis_up ;;
 down) down ;;
 status) status ;;
 *)
-    echo "usage: deploy/local/deep.sh up|down|status" >&2
+    echo "usage: deploy/local/deep.sh up|down|status|redis-up" >&2
     exit 2
     ;;
 esac

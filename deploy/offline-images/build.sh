@@ -8,6 +8,11 @@
 # Each image is tagged with the name the compose file (or the project's Dockerfile) uses and
 # labelled with a hash of its inputs: an image whose label matches is kept, so a second run
 # builds nothing. What each stand-in differs in is listed in docs/OPERATING.md.
+#
+# Last, the renderer's image (crawl-pipeline-renderer:local, compose's `render` profile) is built
+# from the project's own Dockerfile with WITH_RENDERER=1. Its `apt-get install chromium` works
+# without a route out because the python stand-in carries chromium and its dependencies as a
+# local apt archive (/opt/debs, its only apt source); Docker's layer cache makes a second run cheap.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +39,12 @@ declare -A tags=(
   [prometheus]="prom/prometheus:v2.54.1"
 )
 order=(python rabbitmq redis postgres prometheus)
+# Packages an image carries as a local apt archive, not installed: what a Dockerfile built FROM
+# it may `apt-get install` with no route out (the project's Dockerfile, for the renderer).
+declare -A archives=(
+  [python]="chromium libatomic1"
+)
+renderer_tag=crawl-pipeline-renderer:local  # docker-compose.yml's renderer service
 
 say() { echo "images-offline: $*"; }
 die() { echo "images-offline: error: $*" >&2; exit 2; }
@@ -57,7 +68,7 @@ mirror=${DEBIAN_MIRROR:-$(
 inputs_hash() {
   local name=$1
   {
-    echo "$suite $mirror ${packages[$name]}"
+    echo "$suite $mirror ${packages[$name]} archive: ${archives[$name]:-}"
     (cd "$here" && find "$name" -type f -print0 | sort -z | xargs -0 sha256sum)
     if [ "$name" = python ]; then python_requirements; fi
   } | sha256sum | cut -c1-16
@@ -70,9 +81,11 @@ with open(sys.argv[1], "rb") as f:
     project = tomllib.load(f)
 for spec in project["project"]["dependencies"]:
     print(spec)
-# The image installs the dashboard's extra too (the Dockerfile's `pip install '.[dashboard]'`).
-for spec in project["project"]["optional-dependencies"]["dashboard"]:
-    print(spec)
+# The image installs the dashboard's extra too (the Dockerfile's `pip install '.[dashboard]'`),
+# and the renderer's image the render extra (Playwright).
+for extra in ("dashboard", "render"):
+    for spec in project["project"]["optional-dependencies"][extra]:
+        print(spec)
 for spec in project["build-system"]["requires"]:
     print(spec)
 # The build backend's own wheel, and async-timeout, which redis-py needs on Python < 3.11.3
@@ -95,7 +108,23 @@ for name in "${order[@]}"; do
     wanted[$name]=$hash
   fi
 done
-[ ${#wanted[@]} -gt 0 ] || { say "nothing to build"; exit 0; }
+build_renderer() {
+  say "building $renderer_tag (the project's Dockerfile, WITH_RENDERER=1)"
+  local log
+  log=$(mktemp /var/tmp/crawl-renderer-build.XXXXXX)
+  docker build --build-arg WITH_RENDERER=1 -t "$renderer_tag" "$repo" >"$log" 2>&1 \
+    || { tail -n 30 "$log" >&2; die "building $renderer_tag failed (log above, $log)"; }
+  docker run --rm --entrypoint chromium "$renderer_tag" --version >>"$log" 2>&1 \
+    || { tail -n 5 "$log" >&2; die "$renderer_tag has no chromium that runs (log $log)"; }
+  say "$renderer_tag: $(tail -n 1 "$log")"
+  rm -f "$log"
+}
+
+if [ ${#wanted[@]} -eq 0 ]; then
+  say "every stand-in is up to date"
+  build_renderer
+  exit 0
+fi
 
 mkdir -p "$cache"
 work=$(mktemp -d /var/tmp/crawl-images.XXXXXX)
@@ -136,15 +165,39 @@ for name in "${!wanted[@]}"; do
   chroot "$work/chroot" apt-get -q install -y --no-install-recommends --download-only \
     -o Dir::Cache::archives="/debs/$name" ${packages[$name]} >>"$work/apt.log" 2>&1 \
     || { tail -n 20 "$work/apt.log" >&2; die "downloading the packages of ${tags[$name]} failed"; }
+  if [ -n "${archives[$name]:-}" ]; then
+    # Resolved against the bare base, so the archive holds every dependency an image built
+    # FROM this one could lack.
+    mkdir -p "$work/chroot/archive/$name/partial"
+    # shellcheck disable=SC2086
+    chroot "$work/chroot" apt-get -q install -y --no-install-recommends --download-only \
+      -o Dir::Cache::archives="/archive/$name" ${archives[$name]} >>"$work/apt.log" 2>&1 \
+      || { tail -n 20 "$work/apt.log" >&2; die "downloading the archive of ${tags[$name]} failed"; }
+  fi
 done
+if [ -d "$work/chroot/archive" ]; then
+  # apt-ftparchive (apt-utils) writes the archives' indexes; installed in the chroot only, after
+  # the downloads, so that nothing it brings is missing from them.
+  chroot "$work/chroot" apt-get -q install -y --no-install-recommends apt-utils >>"$work/apt.log" 2>&1 \
+    || { tail -n 20 "$work/apt.log" >&2; die "installing apt-utils in the chroot failed"; }
+  for archive in "$work/chroot/archive/"*/; do
+    name=$(basename "$archive")
+    rm -rf "$archive/partial" "$archive/lock"
+    chroot "$work/chroot" sh -c "cd /archive/$name && apt-ftparchive packages . > Packages" \
+      || die "indexing the archive of ${tags[$name]} failed"
+  done
+fi
 
 # 3. Build each image from a context of its folder plus its .debs (and, for python, wheels).
 for name in "${order[@]}"; do
   [ -n "${wanted[$name]:-}" ] || continue
   context="$work/context-$name"
   cp -a "$here/$name" "$context"
-  mkdir -p "$context/debs"
+  mkdir -p "$context/debs" "$context/archive"
   cp "$work/chroot/debs/$name/"*.deb "$context/debs/"
+  if [ -n "${archives[$name]:-}" ]; then
+    cp "$work/chroot/archive/$name/"*.deb "$work/chroot/archive/$name/Packages" "$context/archive/"
+  fi
   if [ "$name" = python ]; then
     say "downloading the wheels of the project's dependencies"
     mkdir -p "$context/wheels"
@@ -152,7 +205,7 @@ for name in "${order[@]}"; do
     python3 -m pip download --disable-pip-version-check --only-binary=:all: \
       --python-version 3.11 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-      --platform manylinux2014_x86_64 --platform any \
+      --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any \
       -d "$context/wheels" -r "$work/requirements.txt" >"$work/pip.log" 2>&1 \
       || { tail -n 20 "$work/pip.log" >&2; die "downloading the wheels failed (log above)"; }
   fi
@@ -161,5 +214,7 @@ for name in "${order[@]}"; do
     -t "${tags[$name]}" "$context" >"$work/build-$name.log" 2>&1 \
     || { tail -n 30 "$work/build-$name.log" >&2; die "building ${tags[$name]} failed (log above)"; }
 done
-docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E "$(IFS='|'; echo "${tags[*]}")" || true
+build_renderer
+docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' \
+  | grep -E "$(IFS='|'; echo "${tags[*]}|$renderer_tag")" || true
 say "done"

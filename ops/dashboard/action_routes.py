@@ -5,6 +5,7 @@ to the page it came from, which then shows the operation, or an error page with 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio.to_thread
@@ -14,7 +15,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from dlq_consumer import store
-from ops.dashboard.actions import ActionRefused, Operation
+from ops.dashboard.actions import ActionRefused, Actor, Operation
 from ops.dashboard.context import Dashboard, actor_of
 from ops.dashboard.views import error_page, safe_next
 from ops.submit import submit
@@ -113,75 +114,56 @@ def refused(request: Request, posted: Posted | None, status: int, message: str, 
     return JSONResponse({"error": message, **extra}, status)
 
 
-async def run_action(request: Request) -> Response:
-    dash: Dashboard = request.app.state.dashboard
-    posted = None
-    try:
-        posted = await Posted.read(request)
-        action, run_id, confirm = (
-            request.path_params["action"],
-            request.path_params["run_id"],
-            posted.text("confirm"),
-        )
-        op = await anyio.to_thread.run_sync(
-            lambda: dash.actions.run_action(actor_of(request), action, run_id, confirm)
-        )
-    except ActionRefused as exc:
-        return refused(request, posted, exc.status, str(exc), **exc.extra)
-    except ConfigError as exc:
-        return refused(request, posted, 400, str(exc))
-    except PipelineError as exc:
-        return refused(request, posted, 503, str(exc))
-    return done(request, posted, op)
+Outcome = dict[str, Any] | Operation  # a dry run's counts, or the operation started
+# An action: the dashboard, the fields posted, who asks, and the route's path parameters.
+Act = Callable[[Dashboard, Posted, Actor, Mapping[str, Any]], Outcome]
 
 
-async def replay(request: Request) -> Response:
-    dash: Dashboard = request.app.state.dashboard
-    posted = None
-    try:
-        posted = await Posted.read(request)
-        p = posted
-        expected = None if p.dry_run() else p.number("expected")
-        outcome = await anyio.to_thread.run_sync(
-            lambda: dash.actions.replay(
-                actor_of(request), p.selection("dead"), expected, p.number("max_id"), p.ids
-            )
-        )
-    except ActionRefused as exc:
-        return refused(request, posted, exc.status, str(exc), **exc.extra)
-    except ConfigError as exc:
-        return refused(request, posted, 400, str(exc))
-    except PipelineError as exc:
-        return refused(request, posted, 503, str(exc))
-    return done(request, posted, outcome)
+def action_route(act: Act) -> Callable[[Request], Awaitable[Response]]:
+    """A POST route of one action: the fields read, `act` run in a worker thread (the project's
+    clients are synchronous), and its outcome, or its refusal, answered in the request's kind."""
+
+    async def route(request: Request) -> Response:
+        dash: Dashboard = request.app.state.dashboard
+        posted = None
+        try:
+            posted = await Posted.read(request)
+            read = posted
+            actor, path = actor_of(request), request.path_params
+            outcome = await anyio.to_thread.run_sync(lambda: act(dash, read, actor, path))
+        except ActionRefused as exc:
+            return refused(request, posted, exc.status, str(exc), **exc.extra)
+        except ConfigError as exc:
+            return refused(request, posted, 400, str(exc))
+        except PipelineError as exc:
+            return refused(request, posted, 503, str(exc))
+        return done(request, posted, outcome)
+
+    return route
 
 
-async def purge(request: Request) -> Response:
-    dash: Dashboard = request.app.state.dashboard
-    posted = None
-    try:
-        posted = await Posted.read(request)
-        p = posted
-        expected = None if p.dry_run() else p.number("expected")
-        if p.form and expected is not None and p.text("typed") != str(expected):
-            raise ConfigError(f"type {expected} to purge")
-        outcome = await anyio.to_thread.run_sync(
-            lambda: dash.actions.purge(
-                actor_of(request),
-                p.selection("replayed"),
-                expected,
-                p.number("max_id"),
-                p.ids,
-                p.flag("include_dead"),
-            )
-        )
-    except ActionRefused as exc:
-        return refused(request, posted, exc.status, str(exc), **exc.extra)
-    except ConfigError as exc:
-        return refused(request, posted, 400, str(exc))
-    except PipelineError as exc:
-        return refused(request, posted, 503, str(exc))
-    return done(request, posted, outcome)
+def act_on_run(dash: Dashboard, posted: Posted, actor: Actor, path: Mapping[str, Any]) -> Outcome:
+    """Pause, resume or cancel (which must be confirmed by the run id)."""
+    return dash.actions.run_action(actor, path["action"], path["run_id"], posted.text("confirm"))
+
+
+def replay_dead_letters(dash: Dashboard, posted: Posted, actor: Actor, _path: Mapping[str, Any]) -> Outcome:
+    expected = None if posted.dry_run() else posted.number("expected")
+    return dash.actions.replay(actor, posted.selection("dead"), expected, posted.number("max_id"), posted.ids)
+
+
+def purge_dead_letters(dash: Dashboard, posted: Posted, actor: Actor, _path: Mapping[str, Any]) -> Outcome:
+    expected = None if posted.dry_run() else posted.number("expected")
+    if posted.form and expected is not None and posted.text("typed") != str(expected):
+        raise ConfigError(f"type {expected} to purge")  # the no-JavaScript form's typed count
+    return dash.actions.purge(
+        actor,
+        posted.selection("replayed"),
+        expected,
+        posted.number("max_id"),
+        posted.ids,
+        posted.flag("include_dead"),
+    )
 
 
 async def submit_run(request: Request) -> Response:
@@ -204,7 +186,7 @@ async def submit_run(request: Request) -> Response:
 
 ROUTES = [
     Route("/api/v1/runs", submit_run, methods=["POST"]),
-    Route("/api/v1/runs/{run_id}/{action:str}", run_action, methods=["POST"]),
-    Route("/api/v1/dead-letters/replay", replay, methods=["POST"]),
-    Route("/api/v1/dead-letters/purge", purge, methods=["POST"]),
+    Route("/api/v1/runs/{run_id}/{action:str}", action_route(act_on_run), methods=["POST"]),
+    Route("/api/v1/dead-letters/replay", action_route(replay_dead_letters), methods=["POST"]),
+    Route("/api/v1/dead-letters/purge", action_route(purge_dead_letters), methods=["POST"]),
 ]

@@ -139,18 +139,7 @@ class Operations:
                 with self._lock:
                     self._busy.discard(slot)
                 self._audit_end(audit_id, op)
-                log.info(
-                    json.dumps(
-                        {
-                            "action": action,
-                            "run_id": run_id,
-                            "actor": actor.role,
-                            "client": actor.client,
-                            "state": op.state,
-                            "result": op.result,
-                        }
-                    )
-                )
+                log_action(actor, action, run_id, state=op.state, result=op.result)
 
         self._spawn(run)
         return op
@@ -159,17 +148,7 @@ class Operations:
         """The row of an action done at once (a run submitted), and its log line."""
         audit_id = self._audit_start(actor, action, run_id, {}, None)
         self._audit_end(audit_id, Operation("-", action, run_id, "done", result=result))
-        log.info(
-            json.dumps(
-                {
-                    "action": action,
-                    "run_id": run_id,
-                    "actor": actor.role,
-                    "client": actor.client,
-                    "result": result,
-                }
-            )
-        )
+        log_action(actor, action, run_id, result=result)
 
     def ensure_table(self) -> None:
         db.ensure_schema(self.settings)  # the schema the table lives in, and the tables it reads
@@ -192,6 +171,12 @@ class Operations:
                 conn.execute(AUDIT_END, (Jsonb({"state": op.state, **op.result}), audit_id))
         except PipelineError as exc:
             log.warning("audit row %d not finished: %s", audit_id, short_error(exc))
+
+
+def log_action(actor: Actor, action: str, run_id: str | None, **outcome: Any) -> None:
+    """The action's log line, a JSON object beside its audit row."""
+    line = {"action": action, "run_id": run_id, "actor": actor.role, "client": actor.client, **outcome}
+    log.info(json.dumps(line))
 
 
 class Actions:

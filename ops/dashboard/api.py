@@ -16,7 +16,6 @@ from starlette.routing import Route
 
 from ops.dashboard import data, deadletters, domains, health, workers
 from ops.dashboard.context import Dashboard
-from ops.status import gather
 from shared.errors import ConfigError, PipelineError, ServiceUnavailable
 from shared.settings import redact
 
@@ -73,63 +72,62 @@ def dash_of(request: Request) -> Dashboard:
 
 
 async def overview(request: Request) -> Response:
-    settings = dash_of(request).settings
-    return await answer(lambda: gather(settings, None, dash_of(request).views.get))
+    return await answer(dash_of(request).views.report)
 
 
 async def runs_list(request: Request) -> Response:
-    settings = dash_of(request).settings
+    links = dash_of(request).views.links
     try:
         limit = limit_of(request)
     except ConfigError as exc:
         return error(400, str(exc))
     before = request.query_params.get("before") or None
-    return await answer(lambda: data.runs_page(settings, limit, before))
+    return await answer(lambda: data.runs_page(links, limit, before))
 
 
 async def run_one(request: Request) -> Response:
-    settings = dash_of(request).settings
+    views = dash_of(request).views
     run_id = request.path_params["run_id"]
 
     def one() -> dict[str, Any]:
-        run = data.run_detail(settings, run_id)
+        run = data.run_detail(views.links, run_id, views.get)
         return {k: v for k, v in run.items() if k not in ("queues", "workers", "activity", "namespace")}
 
     return await answer(one)
 
 
 async def run_timeline(request: Request) -> Response:
-    settings = dash_of(request).settings
+    links = dash_of(request).views.links
     q = request.query_params
     minutes, step = q.get("minutes", "15"), q.get("step", "10")
     if not (minutes.isdigit() and step.isdigit() and 0 < int(minutes) <= 1440 and 0 < int(step) <= 3600):
         return error(400, "minutes must be 1-1440 and step 1-3600")
     run_id = request.path_params["run_id"]
-    return await answer(lambda: data.timeline(settings, run_id, int(minutes), int(step)))
+    return await answer(lambda: data.timeline(links, run_id, int(minutes), int(step)))
 
 
 async def run_domains(request: Request) -> Response:
-    settings = dash_of(request).settings
+    views = dash_of(request).views
     run_id = request.path_params["run_id"]
 
     def rows() -> list[dict[str, Any]]:
-        prefix = data.run_detail(settings, run_id).get("redis_prefix")
-        return domains.domains(settings, run_id, prefix)
+        prefix = data.run_detail(views.links, run_id, views.get).get("redis_prefix")
+        return domains.domains(views.links, run_id, prefix)
 
     return await answer(rows)
 
 
 async def run_errors(request: Request) -> Response:
-    settings = dash_of(request).settings
+    links = dash_of(request).views.links
     try:
         limit = limit_of(request, 20)
     except ConfigError as exc:
         return error(400, str(exc))
-    return await answer(lambda: data.recent_errors(settings, request.path_params["run_id"], limit))
+    return await answer(lambda: data.recent_errors(links, request.path_params["run_id"], limit))
 
 
 async def dead_letters(request: Request) -> Response:
-    settings = dash_of(request).settings
+    links = dash_of(request).views.links
     try:
         shown = deadletters.Filter.from_query(request.query_params)
         limit = limit_of(request)
@@ -137,27 +135,27 @@ async def dead_letters(request: Request) -> Response:
         return error(400, str(exc))
     after = request.query_params.get("after_id", "")
     return await answer(
-        lambda: deadletters.rows(settings, shown, int(after) if after.isdigit() else None, limit)
+        lambda: deadletters.rows(links, shown, int(after) if after.isdigit() else None, limit)
     )
 
 
 async def dead_letter_summary(request: Request) -> Response:
-    settings = dash_of(request).settings
+    links = dash_of(request).views.links
     try:
         shown = deadletters.Filter.from_query(request.query_params)
     except ConfigError as exc:
         return error(400, str(exc))
-    return await answer(lambda: deadletters.summary(settings, shown))
+    return await answer(lambda: deadletters.summary(links, shown))
 
 
 async def dead_letter_one(request: Request) -> Response:
-    settings = dash_of(request).settings
-    return await answer(lambda: deadletters.detail(settings, int(request.path_params["row_id"])))
+    links = dash_of(request).views.links
+    return await answer(lambda: deadletters.detail(links, int(request.path_params["row_id"])))
 
 
 async def export(request: Request) -> Response:
     """Every row of the filter, fetched in keyset batches, never all in memory."""
-    settings = dash_of(request).settings
+    links = dash_of(request).views.links
     kind = request.path_params["kind"]
     if kind not in ("jsonl", "csv"):
         return error(404, "export as .jsonl or .csv")
@@ -171,7 +169,7 @@ async def export(request: Request) -> Response:
         if kind == "csv":
             yield _csv_line(CSV_COLUMNS)
         while True:
-            batch = deadletters.rows(settings, shown, after, EXPORT_BATCH)
+            batch = deadletters.rows(links, shown, after, EXPORT_BATCH)
             for row in batch:
                 yield (
                     (json.dumps(row) + "\n") if kind == "jsonl" else _csv_line([row[c] for c in CSV_COLUMNS])
@@ -202,15 +200,15 @@ async def operation(request: Request) -> Response:
 
 async def queues(request: Request) -> Response:
     dash = dash_of(request)
-    return await answer(lambda: gather(dash.settings, None, dash.views.get)["queues"])
+    return await answer(lambda: dash.views.report()["queues"])
 
 
 async def workers_api(request: Request) -> Response:
     dash = dash_of(request)
 
     def both() -> dict[str, Any]:
-        live = gather(dash.settings, None, dash.views.get)["workers"] or []
-        return {"live": live, "gone": workers.gone(dash.settings, {w["worker_id"] for w in live})}
+        live = dash.views.report()["workers"] or []
+        return {"live": live, "gone": workers.gone(dash.views.links, {w["worker_id"] for w in live})}
 
     return await answer(both)
 
@@ -250,12 +248,12 @@ async def stats(request: Request) -> Response:
     """The seed's contract: {"workers", "tasks": {...}, "throughput": {...}}, of one run or all."""
     dash = dash_of(request)
     run_id = request.query_params.get("run") or None
-    return await answer(lambda: health.seed_stats(dash.settings, run_id, dash.views.get))
+    return await answer(lambda: health.seed_stats(dash.views.links, run_id, dash.views.get))
 
 
 async def seed_workers(request: Request) -> Response:
     dash = dash_of(request)
-    return await answer(lambda: gather(dash.settings, None, dash.views.get)["workers"] or [])
+    return await answer(lambda: dash.views.report()["workers"] or [])
 
 
 async def healthz(_request: Request) -> Response:

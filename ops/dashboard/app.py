@@ -51,7 +51,10 @@ def build_app(
             await anyio.to_thread.run_sync(dashboard.operations.ensure_table)
         except (PipelineError, psycopg.Error) as exc:
             log.warning("the audit table is not there yet (made at the first action): %s", short_error(exc))
-        yield
+        try:
+            yield
+        finally:
+            dashboard.views.links.close()  # the connections the samples and pages kept open
 
     routes = [
         *[r for r in views.ROUTES if not (isinstance(r, Route) and r.path == "/workers")],

@@ -12,13 +12,14 @@ import redis
 
 from ops.accounting import latest_runs
 from ops.copies import Copies
+from ops.dashboard.connections import Connections
+from ops.dashboard.panels import politeness_panel, proxies_panel, render_panel, still_growing
 from ops.dashboard.text import short_error, whole
+from ops.management import HttpGet
 from ops.run_progress import ProgressReader, RunProgress
 from ops.runs import held_count
 from ops.status import gather, run_prefix
 from shared.errors import ConfigError
-from shared.postgres import db
-from shared.redis.client import GLANCE, connect_redis
 from shared.redis.errors import translate_redis_errors
 from shared.redis.keys import Keys
 from shared.redis.runstate import CANCELLED, PAUSED, held_queue, read_state
@@ -118,27 +119,24 @@ def work_queued(queues: list[dict[str, Any]]) -> int | None:
     return None if any(f is None for f in figures) else sum(figures)
 
 
-def runs_page(settings: Settings, limit: int = RUNS_LIMIT, before: str | None = None) -> list[dict[str, Any]]:
+def runs_page(links: Connections, limit: int = RUNS_LIMIT, before: str | None = None) -> list[dict[str, Any]]:
     """The runs, newest activity first (keyset on the last activity), as GET /api/v1/runs answers."""
     try:
         after = dt.datetime.fromisoformat(before) if before else None
     except ValueError:
         raise ConfigError(f"before {before!r} is not an ISO 8601 time") from None
-    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+    settings = links.settings
+    with links.db() as conn:
         exists = conn.execute(TABLES_EXIST).fetchone()
         totals = latest_runs(conn, limit, after) if exists and exists[0] else []
-    client = connect_redis(settings, GLANCE)
-    try:
-        lookup = RunLookup(settings, client)
+        lookup = RunLookup(settings, links.redis)
         known = {t.run_id for t in totals}
         fresh = [r for r in lookup.redis_runs() if r not in known] if after is None else []
         now = dt.datetime.now(dt.UTC)
-        with ProgressReader(settings) as reader:
+        with ProgressReader(settings, conn=conn, client=links.redis) as reader:
             rows = [_run_row(lookup, reader, t.run_id, t.last_activity, now) for t in totals]
             rows += [_run_row(lookup, reader, run_id, None, now) for run_id in fresh]  # nothing settled yet
-        return rows[:limit]
-    finally:
-        client.close()
+    return rows[:limit]
 
 
 def _run_row(
@@ -150,21 +148,20 @@ def _run_row(
     return {**figures, "state": state, "last_activity": iso(last_at), "redis_prefix": lookup.prefix(run_id)}
 
 
-def run_detail(settings: Settings, run_id: str) -> dict[str, Any]:
+def run_detail(links: Connections, run_id: str, get: HttpGet | None = None) -> dict[str, Any]:
     """gather()'s run, plus state, enqueued, left (by where it waits), held, copies, and the
     pages/s and ETA of ops.run_progress."""
-    report = gather(settings, run_id)
-    run = report["run"]
-    queued = work_queued(report["queues"])
-    client = connect_redis(settings, GLANCE)
-    try:
-        lookup = RunLookup(settings, client)
+    settings = links.settings
+    with links.db() as conn:
+        report = gather(settings, run_id, get, conn=conn, client=links.redis)
+        run = report["run"]
+        queued = work_queued(report["queues"])
+        lookup = RunLookup(settings, links.redis)
         raw_state = lookup.state(run_id)
-        with ProgressReader(settings) as reader:
+        with translate_redis_errors(settings.redis_url):
+            discovery = bool(links.redis.exists(lookup.keys(run_id).run_discovery(run_id)))
+        with ProgressReader(settings, conn=conn, client=links.redis) as reader:
             figures = progress(reader.read(run_id, lookup.prefix(run_id), queued))
-    finally:
-        client.close()
-    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
         exists = conn.execute(TABLES_EXIST).fetchone()
         row = conn.execute(LAST_ACTIVITY, (run_id,)).fetchone() if exists and exists[0] else None
     last_at = row[0] if row and isinstance(row[0], dt.datetime) else None
@@ -176,6 +173,10 @@ def run_detail(settings: Settings, run_id: str) -> dict[str, Any]:
         **run,
         **figures,
         "state": state,
+        "discovery": discovery,
+        "growing": still_growing(
+            discovery, state, figures["left"], report["queues"], settings.crawl_namespace
+        ),
         "held": held,
         "identity": identity(report["queues"], *counts),
         "copies": run.get("copies") or Copies.from_counters({}).figures(),
@@ -185,6 +186,15 @@ def run_detail(settings: Settings, run_id: str) -> dict[str, Any]:
         "workers": report["workers"],
         "queues": report["queues"],
         "namespace": report["namespace"],
+        "proxies": proxies_panel(report.get("proxies")),
+        "politeness": politeness_panel(report.get("politeness")),
+        "render": render_panel(
+            run.get("counters") or {},
+            run.get("dead_letters") or {},
+            report["queues"],
+            settings.crawl_namespace,
+            report["workers"],
+        ),
     }
 
 
@@ -224,12 +234,12 @@ def identity(
     }
 
 
-def timeline(settings: Settings, run_id: str, minutes: int = 15, step_s: int = 10) -> list[dict[str, Any]]:
+def timeline(links: Connections, run_id: str, minutes: int = 15, step_s: int = 10) -> list[dict[str, Any]]:
     """[{t, stored, dead, skipped}] for every step of the last minutes, oldest first, empty steps
     included, from commit times (so it survives a restart and agrees between replicas)."""
     counts: dict[str, dict[str, int]] = {}
     params = {"run_id": run_id, "minutes": minutes, "step_s": step_s}
-    with db.translate(settings), db.connect(settings, autocommit=True) as conn, conn.transaction():
+    with links.db() as conn, conn.transaction():
         row = conn.execute("SELECT now()").fetchone()  # the same now() as date_bin's origin below
         now = row[0] if row and isinstance(row[0], dt.datetime) else dt.datetime.now(dt.UTC)
         for kind, moment, n in conn.execute(TIMELINE, params):
@@ -243,10 +253,10 @@ def timeline(settings: Settings, run_id: str, minutes: int = 15, step_s: int = 1
     return points
 
 
-def recent_errors(settings: Settings, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
+def recent_errors(links: Connections, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
     """The latest dead letters and skips (robots skips aside), newest first."""
     rows: list[Any] = []
-    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+    with links.db() as conn:
         for query in (RECENT_DEAD, RECENT_SKIPS):
             rows += conn.execute(query, {"run_id": run_id, "limit": limit}).fetchall()
     rows.sort(key=lambda r: r[0], reverse=True)

@@ -14,6 +14,7 @@ from psycopg.rows import class_row
 
 from dlq_consumer import store
 from dlq_consumer.record import DeadLetterRecord
+from ops.dashboard.connections import Connections
 from ops.dashboard.text import short_error, whole
 from shared.errors import ConfigError, DecodeError
 from shared.messages import CrawlTask
@@ -105,7 +106,7 @@ class Filter:
 
 
 def rows(
-    settings: Settings, shown: Filter, after_id: int | None = None, limit: int = PAGE_SIZE
+    links: Connections, shown: Filter, after_id: int | None = None, limit: int = PAGE_SIZE
 ) -> list[dict[str, Any]]:
     """A page of summaries, newest first; `after_id` is the smallest id of the page before."""
     where, params = shown.where()
@@ -115,23 +116,19 @@ def rows(
     query = sql.SQL("SELECT {} FROM dead_letters WHERE {} ORDER BY id DESC LIMIT {}").format(
         sql.SQL(store.COLUMNS), where, sql.Literal(min(limit, MAX_LIMIT))
     )
-    with (
-        db.translate(settings),
-        db.connect(settings, autocommit=True) as conn,
-        conn.cursor(row_factory=class_row(DeadLetterRecord)) as cur,
-    ):
+    with links.db() as conn, conn.cursor(row_factory=class_row(DeadLetterRecord)) as cur:
         found = cur.execute(query, params).fetchall()
     return [{**r.summary(), "last_error": short_error(r.last_error)} for r in found]
 
 
-def summary(settings: Settings, shown: Filter) -> list[dict[str, Any]]:
+def summary(links: Connections, shown: Filter) -> list[dict[str, Any]]:
     """Counts by run × reason for the filter, biggest first."""
     where, params = shown.where()
     query = sql.SQL(
         "SELECT run_id, reason, count(*), max(id) FROM dead_letters WHERE {} GROUP BY run_id, reason "
         "ORDER BY count(*) DESC, run_id, reason LIMIT {}"
     ).format(where, sql.Literal(SUMMARY_LIMIT))
-    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+    with links.db() as conn:
         return [
             {"run_id": r, "reason": reason, "count": whole(n), "max_id": whole(m)}
             for r, reason, n, m in conn.execute(query, params)
@@ -148,15 +145,11 @@ def dry_run(settings: Settings, selection: store.Selection) -> dict[str, int]:
     return {"count": whole(row[0]) if row else 0, "max_id": whole(row[1]) if row else 0}
 
 
-def detail(settings: Settings, row_id: int) -> dict[str, Any] | None:
+def detail(links: Connections, row_id: int) -> dict[str, Any] | None:
     """Every field of the row's summary, and its body decoded as a task, or only its size and
     digest when it is none."""
     query = sql.SQL("SELECT {} FROM dead_letters WHERE id = %(id)s").format(sql.SQL(store.COLUMNS))
-    with (
-        db.translate(settings),
-        db.connect(settings, autocommit=True) as conn,
-        conn.cursor(row_factory=class_row(DeadLetterRecord)) as cur,
-    ):
+    with links.db() as conn, conn.cursor(row_factory=class_row(DeadLetterRecord)) as cur:
         record = cur.execute(query, {"id": row_id}).fetchone()
     if record is None:
         return None

@@ -8,37 +8,33 @@ from __future__ import annotations
 from typing import Any
 
 from ops.activity import DOMAINS_SINCE, RATE_WINDOW_S
+from ops.dashboard.connections import Connections
 from ops.dashboard.text import whole
-from shared.postgres import db
-from shared.redis.client import GLANCE, connect_redis
 from shared.redis.errors import translate_redis_errors
 from shared.redis.keys import Keys
-from shared.settings import Settings
 
 DOMAINS_LIMIT = 50
 SLOW_SHARE = 0.5  # a domain stored at under half its allowed rate, with URLs waiting, is amber
 
 
-def domains(settings: Settings, run_id: str, prefix: str | None = None) -> list[dict[str, Any]]:
+def domains(links: Connections, run_id: str, prefix: str | None = None) -> list[dict[str, Any]]:
+    settings = links.settings
     window = {"run_id": run_id, "window_s": RATE_WINDOW_S, "limit": DOMAINS_LIMIT}
-    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+    with links.db() as conn:
         busiest = [(str(d or ""), whole(n)) for d, n in conn.execute(DOMAINS_SINCE, window)]
     if not busiest:
         return []
     keys = Keys(prefix or settings.redis_prefix)
-    client = connect_redis(settings, GLANCE)
-    try:
-        with translate_redis_errors(settings.redis_url):
-            seconds, micros = client.time()
-            now_us = seconds * 1_000_000 + micros
-            pipe = client.pipeline(transaction=False)
-            for domain, _ in busiest:
-                pipe.pttl(keys.pause(domain))
-                pipe.zcount(keys.inflight(domain), now_us, "+inf")
-                pipe.get(keys.rate(domain))
-            answers = pipe.execute()
-    finally:
-        client.close()
+    client = links.redis
+    with translate_redis_errors(settings.redis_url):
+        seconds, micros = client.time()
+        now_us = seconds * 1_000_000 + micros
+        pipe = client.pipeline(transaction=False)
+        for domain, _ in busiest:
+            pipe.pttl(keys.pause(domain))
+            pipe.zcount(keys.inflight(domain), now_us, "+inf")
+            pipe.get(keys.rate(domain))
+        answers = pipe.execute()
     rows = []
     for n, (domain, stored) in enumerate(busiest):
         pause_ms, in_flight, tat = answers[3 * n : 3 * n + 3]

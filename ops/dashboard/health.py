@@ -11,6 +11,7 @@ import redis
 
 from ops import management
 from ops.dashboard import data
+from ops.dashboard.connections import Connections
 from ops.status import gather
 from shared.settings import Settings, amqp_urls
 
@@ -50,16 +51,17 @@ def unready(settings: Settings) -> list[str]:
 
 
 def seed_stats(
-    settings: Settings, run_id: str | None, get: management.HttpGet | None = None
+    links: Connections, run_id: str | None, get: management.HttpGet | None = None
 ) -> dict[str, Any]:
     """{"workers": n, "tasks": {enqueued, stored, dead, skipped, left, queued}, "throughput":
     {pages_per_s, window_s}}: one run's, or the sum of the latest runs' (data.RUNS_LIMIT)."""
-    report = gather(settings, None, get)
+    with links.db() as conn:
+        report = gather(links.settings, None, get, conn=conn, client=links.redis)
     if run_id is not None:
-        run = data.run_detail(settings, run_id)
+        run = data.run_detail(links, run_id, get)
         totals = {k: run[k] for k in ("enqueued", "stored", "dead", "skipped", "left")}
     else:
-        rows = data.runs_page(settings)
+        rows = data.runs_page(links)
         totals = {k: sum(r[k] for r in rows) for k in ("enqueued", "stored", "dead", "skipped", "left")}
     activity = report["activity"] or {"pages_per_s": 0.0, "window_s": 60}
     return {

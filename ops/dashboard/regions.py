@@ -16,6 +16,7 @@ import requests
 from ops import management
 from ops.dashboard import data, deadletters, domains, workers
 from ops.dashboard.config import DashboardSettings
+from ops.dashboard.connections import Connections
 from ops.dashboard.text import linkable, short_error
 from ops.status import gather
 from shared.amqp.topology import queue_role
@@ -33,6 +34,8 @@ REGIONS = {
         "run_identity",
         "run_why",
         "run_timeline",
+        "run_politeness",
+        "run_render",
         "run_reasons",
         "run_errors",
         "run_workers",
@@ -86,12 +89,18 @@ class Views:
     sampler and the page routes call them in a worker thread."""
 
     def __init__(
-        self, settings: Settings, dash: DashboardSettings, get: management.HttpGet | None = None
+        self,
+        settings: Settings,
+        dash: DashboardSettings,
+        get: management.HttpGet | None = None,
+        links: Connections | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.dash = dash
         self.env = environment(dash.root_path)
-        self.get = CachedGet(get or management.getter(settings))
+        self.links = links or Connections(settings)
+        self.get = CachedGet(get or self.links.management_get(), clock)
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -125,10 +134,15 @@ class Views:
     def page(self, template: str, ctx: dict[str, Any]) -> str:
         return self.env.get_template(template).render(ctx)
 
+    def report(self) -> dict[str, Any]:
+        """ops.status.gather's overview, over the connections held."""
+        with self.links.db() as conn:
+            return gather(self.settings, None, self.get, conn=conn, client=self.links.redis)
+
     def _overview(self) -> dict[str, Any]:
-        report = gather(self.settings, None, self.get)
+        report = self.report()
         return {
-            "runs": data.runs_page(self.settings),
+            "runs": data.runs_page(self.links),
             "report": report,
             "queues": report["queues"],
             "workers": report["workers"],
@@ -136,19 +150,19 @@ class Views:
         }
 
     def _run(self, run_id: str) -> dict[str, Any]:
-        run = data.run_detail(self.settings, run_id)
+        run = data.run_detail(self.links, run_id, self.get)
         return {
             "run": run,
-            "timeline": data.timeline(self.settings, run_id),
-            "errors": data.recent_errors(self.settings, run_id),
+            "timeline": data.timeline(self.links, run_id),
+            "errors": data.recent_errors(self.links, run_id),
             "why": why_not_moving(run),
-            "domains": domains.domains(self.settings, run_id, run.get("redis_prefix")),
+            "domains": domains.domains(self.links, run_id, run.get("redis_prefix")),
             "queues": run["queues"],
             "workers": run["workers"],
         }
 
     def _queues(self) -> dict[str, Any]:
-        report = gather(self.settings, None, self.get)
+        report = self.report()
         return {
             "queues": report["queues"],
             "workers": report["workers"],
@@ -157,22 +171,22 @@ class Views:
         }
 
     def _workers(self) -> dict[str, Any]:
-        report = gather(self.settings, None, self.get)
+        report = self.report()
         live = report["workers"] or []
         return {
             "queues": report["queues"],
             "workers": report["workers"],
             "live": workers.by_host(live),
-            "gone": workers.gone(self.settings, {w["worker_id"] for w in live}),
+            "gone": workers.gone(self.links, {w["worker_id"] for w in live}),
         }
 
     def _dead_letters(self, shown: deadletters.Filter) -> dict[str, Any]:
         queues = _queues_or_none(self.settings, self.get)
         return {
             "filter": shown,
-            "summary": deadletters.summary(self.settings, shown),
+            "summary": deadletters.summary(self.links, shown),
             "queues": queues,
-            "workers": workers.running(self.settings),
+            "workers": workers.running(self.links),
         }
 
 

@@ -93,7 +93,7 @@ async def dead_letters_page(request: Request) -> Response:
         return error_page(dash, request, 400, str(exc))
 
     def listed() -> dict[str, Any]:
-        rows = deadletters.rows(dash.settings, shown, after_id)
+        rows = deadletters.rows(dash.views.links, shown, after_id)
         last = rows[-1]["id"] if len(rows) == deadletters.PAGE_SIZE else None
         return {"rows": rows, "next_after": last}
 
@@ -112,7 +112,7 @@ async def dead_letter_page(request: Request) -> Response:
     dash: Dashboard = request.app.state.dashboard
     row_id = int(request.path_params["row_id"])
     try:
-        row = await anyio.to_thread.run_sync(deadletters.detail, dash.settings, row_id)
+        row = await anyio.to_thread.run_sync(deadletters.detail, dash.views.links, row_id)
     except PipelineError as exc:
         return error_page(dash, request, 503, str(exc))
     if row is None:

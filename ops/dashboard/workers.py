@@ -8,12 +8,10 @@ from typing import Any
 
 import redis
 
+from ops.dashboard.connections import Connections
 from ops.dashboard.data import iso
 from ops.dashboard.text import whole
-from shared.postgres import db
-from shared.redis.client import GLANCE, connect_redis
 from shared.redis.presence import PRESENCE_TTL_S, live_workers
-from shared.settings import Settings
 
 GONE_WINDOW = "1 hour"
 RECENT_WORKERS = f"""
@@ -35,19 +33,16 @@ def by_host(live: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return dict(sorted(hosts.items()))
 
 
-def running(settings: Settings) -> list[dict[str, Any]] | None:
+def running(links: Connections) -> list[dict[str, Any]] | None:
     """The presence records under the configured prefix; None when Redis cannot be asked."""
-    client = connect_redis(settings, GLANCE)
     try:
-        return live_workers(client, settings.redis_prefix)
+        return live_workers(links.redis, links.settings.redis_prefix)
     except redis.RedisError:
         return None
-    finally:
-        client.close()
 
 
-def gone(settings: Settings, live_ids: set[str]) -> list[dict[str, Any]]:
-    with db.translate(settings), db.connect(settings, autocommit=True) as conn:
+def gone(links: Connections, live_ids: set[str]) -> list[dict[str, Any]]:
+    with links.db() as conn:
         exists = conn.execute("SELECT to_regclass('pages') IS NOT NULL").fetchone()
         if not (exists and exists[0]):
             return []

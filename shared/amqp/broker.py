@@ -28,6 +28,7 @@ log = logging.getLogger("shared.broker")  # the name operators know: kept as the
 START_HINT = "start it with: rabbitmq-server -detached"
 
 # Everything pika raises when the connection or channel is gone.
+LOST_BEFORE_HANDSHAKE = "Expected connected socket, but getpeername() failed"
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     pika.exceptions.AMQPConnectionError,
     pika.exceptions.ConnectionWrongStateError,
@@ -81,9 +82,13 @@ def connection_parameters(
     return every
 
 
-def connect(settings: Settings, name: str) -> pika.BlockingConnection:
+def connect(
+    settings: Settings,
+    name: str,
+    open_connection: Callable[[list[pika.URLParameters]], pika.BlockingConnection] = pika.BlockingConnection,
+) -> pika.BlockingConnection:
     try:
-        return pika.BlockingConnection(connection_parameters(settings, name))
+        return open_connection(connection_parameters(settings, name))
     except pika.exceptions.ProbableAuthenticationError:
         raise ServiceUnavailable(
             "RabbitMQ", redact(settings.amqp_url), "login refused", "check the user and password in AMQP_URL"
@@ -98,6 +103,14 @@ def connect(settings: Settings, name: str) -> pika.BlockingConnection:
         ) from None
     except (*CONNECTION_ERRORS, AMQPConnectorException) as exc:
         # pika lets its connector's own errors (timeouts, aborts) through untranslated.
+        raise unavailable(settings, exc) from None
+    except ValueError as exc:
+        # pika 1.3-1.4 checks the TCP connection with getpeername() after its connect succeeded:
+        # one reset in between (a proxy or balancer in front of a broker that is down) raises a
+        # ValueError from its connector. It is a lost connection; the soak found a worker that
+        # died of it while reconnecting (docs/RELIABILITY.md).
+        if LOST_BEFORE_HANDSHAKE not in str(exc):
+            raise
         raise unavailable(settings, exc) from None
 
 

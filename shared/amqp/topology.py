@@ -32,6 +32,7 @@ queue head first: a long delay at the head would hold back short ones behind it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,33 +219,34 @@ def build_topology(settings: Settings) -> Topology:
             args.update({"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
         return args
 
+    def work(kind: str, arguments: dict[str, Any]) -> Queue:
+        """A work queue, fed by the work exchange with the tasks of its kind (retries and
+        deferrals coming back included)."""
+        return Queue(work_queue(ns, kind), arguments, ((work_exchange(ns), f"*.{kind}"),))
+
+    def delay_queues(exchange: str, name: Callable[[str, int], str], delays: tuple[int, ...]) -> list[Queue]:
+        """One queue a delay length, fed by `exchange` with the tasks to wait that long, each
+        dead-lettered back into the work exchange when its time is up."""
+        return [
+            Queue(
+                name(ns, delay),
+                replicated({"x-message-ttl": delay, "x-dead-letter-exchange": work_exchange(ns)}),
+                ((exchange, delay_routing_key(delay, "*")),),
+            )
+            for delay in delays
+        ]
+
     queues = [
-        Queue(
-            work_queue(ns, "priority"),
-            # Message priorities need a classic queue on RabbitMQ before 4.3.
-            classic({"x-max-priority": MAX_MESSAGE_PRIORITY, "x-dead-letter-exchange": dlx}),
-            ((work_exchange(ns), "*.priority"),),
-        ),
-        Queue(
-            work_queue(ns, "ttl"),
+        # Message priorities need a classic queue on RabbitMQ before 4.3.
+        work("priority", classic({"x-max-priority": MAX_MESSAGE_PRIORITY, "x-dead-letter-exchange": dlx})),
+        work(
+            "ttl",
             replicated(
-                {
-                    "x-message-ttl": int(settings.ttl_queue_expiry_s * 1000),
-                    "x-dead-letter-exchange": dlx,
-                }
+                {"x-message-ttl": int(settings.ttl_queue_expiry_s * 1000), "x-dead-letter-exchange": dlx}
             ),
-            ((work_exchange(ns), "*.ttl"),),
         ),
-        Queue(
-            work_queue(ns, "bulk"),
-            replicated({"x-dead-letter-exchange": dlx}),
-            ((work_exchange(ns), "*.bulk"),),
-        ),
-        Queue(
-            render_queue(ns),
-            replicated({"x-dead-letter-exchange": dlx}),
-            ((work_exchange(ns), f"*.{RENDER_KIND}"),),
-        ),
+        work("bulk", replicated({"x-dead-letter-exchange": dlx})),
+        work(RENDER_KIND, replicated({"x-dead-letter-exchange": dlx})),
         Queue(
             dead_letter_queue(ns),
             replicated({"x-dead-letter-exchange": parked_exchange(ns)}),
@@ -266,22 +268,8 @@ def build_topology(settings: Settings) -> Topology:
             else Queue(q.name, {**q.arguments, "x-delivery-limit": QUORUM_DELIVERY_LIMIT}, q.bindings)
             for q in queues
         ]
-    for delay in delays_ms:
-        queues.append(
-            Queue(
-                delay_queue(ns, delay),
-                replicated({"x-message-ttl": delay, "x-dead-letter-exchange": work_exchange(ns)}),
-                ((retry_exchange(ns), f"d{delay}.*"),),
-            )
-        )
-    for delay in defer_delays_ms:
-        queues.append(
-            Queue(
-                defer_queue(ns, delay),
-                replicated({"x-message-ttl": delay, "x-dead-letter-exchange": work_exchange(ns)}),
-                ((defer_exchange(ns), f"d{delay}.*"),),
-            )
-        )
+    queues += delay_queues(retry_exchange(ns), delay_queue, delays_ms)
+    queues += delay_queues(defer_exchange(ns), defer_queue, defer_delays_ms)
     return Topology(
         namespace=ns,
         exchanges=(

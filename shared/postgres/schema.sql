@@ -55,6 +55,15 @@ CREATE TABLE IF NOT EXISTS skips (
     PRIMARY KEY (run_id, url)
 );
 
+-- A discovery run's options (producer/discovery_scope.py's DiscoveryOptions, as JSON), written by
+-- the producer beside their copy in Redis: a Redis restarted empty loses that copy, and the
+-- frontier, finding none, would cut every link of the run as out of scope. It reads them here
+-- then (producer/discovery_store.py).
+CREATE TABLE IF NOT EXISTS run_discovery (
+    run_id  text  PRIMARY KEY,
+    options bytea NOT NULL
+);
+
 -- How a page was obtained: a 304 answer to a conditional request (the cached body was reused),
 -- and the proxy it came through (scheme://host:port, never credentials).
 ALTER TABLE pages ADD COLUMN IF NOT EXISTS not_modified boolean NOT NULL DEFAULT false;

@@ -11,6 +11,7 @@ With the default prefix ``crawl``, ``redis-cli --scan --pattern 'crawl:*'`` list
     crawl:run:<run>:seeded           string the summary of the run's completed seeding (producer --once)
     crawl:run:<run>:discovery        string a discovery run's start URLs, depth, scope and budgets
     crawl:run:<run>:discovered-hosts hash   URLs the frontier has enqueued, per host (--max-pages-per-host)
+    crawl:run:<run>:frontier         hash   frontier owner -> epoch ms deadline, while it holds a run's page
     crawl:rate:{<domain>}            string GCRA theoretical arrival time of a domain (expires)
     crawl:cache:<fingerprint>        string cached response (expires after CACHE_TTL_S)
     crawl:sent:{<domain>}            string server time of the domain's latest request, µs (expires):
@@ -61,6 +62,11 @@ class Keys:
 
     def run_discovered_hosts(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:discovered-hosts"
+
+    def run_frontier(self, run_id: str) -> str:
+        """Which frontiers hold a page of the run now (producer/frontier_redis.py, PagesInHand):
+        the run's total may still grow while one does, though no link waits in its queue."""
+        return f"{self.prefix}:run:{run_id}:frontier"
 
     def run_stats_pattern(self) -> str:
         return f"{self.prefix}:run:*:stats"

@@ -130,3 +130,12 @@ def recorded_counters(client: redis.Redis, keys: Keys, run_id: str) -> dict[str,
     with translate_redis_errors(client):
         stats: dict[bytes, bytes] = client.hgetall(keys.run_stats(run_id))  # type: ignore[assignment]
     return {name.decode(): int(n) for name, n in stats.items() if n.lstrip(b"-").isdigit()}
+
+
+def frontier_holds_a_page(client: redis.Redis, keys: Keys, run_id: str) -> bool:
+    """Whether a frontier holds a page of the run now, by the marks producer/frontier_redis.py's
+    PagesInHand leaves (their deadlines are epoch times: a reader on another machine needs a
+    clock within seconds of the frontier's)."""
+    marks: dict[bytes, bytes] = client.hgetall(keys.run_frontier(run_id))  # type: ignore[assignment]
+    now_ms = time.time() * 1000
+    return any(int(deadline) > now_ms for deadline in marks.values())

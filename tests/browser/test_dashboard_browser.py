@@ -59,6 +59,16 @@ def test_the_runs_page_lists_the_run_and_its_accounting_is_ok(
     for reason, n in figures.dead_by_reason.items():
         expect(page.locator("tr.dead-reason", has_text=reason)).to_contain_text(f"Replay {n}")
     expect(page.locator("#live-status")).to_contain_text("updated")  # the stream is live
+    # The politeness panels of a crawl without proxies or jitter, and no render panel or
+    # "still growing" mark for a sitemap run that renders nothing.
+    expect(page.locator("#run_politeness")).to_contain_text("Proxies")
+    expect(page.locator("#run_politeness")).to_contain_text("none configured")
+    expect(page.locator("#rate-jitter")).to_have_text(
+        "off" if not crawl.settings.rate_jitter else re.compile(r"^\+")
+    )
+    expect(page.locator("#slowed-total")).to_have_text(re.compile(r"^[0-9]+$"))
+    expect(page.locator("#render-done")).to_have_count(0)
+    expect(page.locator("#run-growing")).to_have_count(0)
     copy_for_docs(screenshot(page, "dashboard-run.png"), "dashboard-run.png")
     assert dialogs == []
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.site import LoggedSite, most_in_any_window, pages_route
+from bench.site import LoggedSite, pages_route
 from ops.accounting import account
 from shared.amqp import broker
 from shared.amqp.topology import work_queue
 from shared.settings import Settings
 from tests.e2e.conftest import metric_total, metric_value, service_env
+from tests.pacing import most_over_pace
 from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -87,7 +88,9 @@ def test_held_urls_keep_the_rate_and_pass_through_the_broker_once(
         worker.wait(timeout=60)
     pages = sorted(hit.at for hit in site.hits if hit.path.startswith("/p/"))
     assert len(pages) == 16
-    assert most_in_any_window(sorted(hit.at for hit in site.hits), 1.0) <= 2
+    # Not faster than 2/s over any stretch, a request's lateness on a loaded machine allowed
+    # once (tests/pacing.py): at twice the rate the 17 requests would run 6 ahead of it.
+    assert most_over_pace([hit.at for hit in site.hits], 2.0) <= 1
     # Each URL was delivered once and never sent back to the broker to wait.
     assert (deferrals, deliveries) == (0, 16)
     assert holds >= 8  # a prefetch of 8 at 2 per second: most of them waited in the worker

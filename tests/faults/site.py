@@ -9,6 +9,8 @@
                               the HTML parser cannot encode it and raises (a parse_error)
     /charset-lie/<n>.html     200 labelled charset=base64, a codec that is not a text encoding
     /hang/<n>.html            answers only when released, or after `hang_s`
+    /shell/<n>.html           200, a page whose text a script builds: an empty root element and a
+                              script, which RENDER=auto sends to the renderer (docs/RENDERING.md)
 
 Every request is counted by path, so a test can tell how often a URL was fetched. The servers
 speak HTTP/1.1 with keep-alive, as real sites do, so thousands of fetches stay cheap.
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tests.local_site import LocalServer, LocalSite, QuietHandler
 
@@ -27,8 +31,18 @@ PAGE = (
     "<!DOCTYPE html><html lang='en'><head><title>{path}</title></head>"
     "<body><h1>{path}</h1><p>{filler}</p><a href='/pages/1.html'>home</a></body></html>"
 )
+SCRIPT_SHELL = (
+    "<!DOCTYPE html><html><head><title>{path}</title></head><body><div id='root'></div>"
+    "<script>document.getElementById('root').innerHTML = '<h1>{path}</h1>'"
+    " + '<p>' + 'built by a script '.repeat(20) + '</p>';</script></body></html>"
+)
 # '+2AA-' is UTF-7 for U+D800, a surrogate that no UTF encoder accepts.
 CHARSET_TRAP = b"<html><head><title>trap +2AA-</title></head><body>+2AA-</body></html>"
+FIXED_ANSWERS = {
+    "always500": (500, "text/plain", b"always broken\n"),
+    "charset-trap": (200, "text/html; charset=utf-7", CHARSET_TRAP),
+    "charset-lie": (200, "text/html; charset=base64", b"<html><title>lie</title></html>"),
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,7 @@ class SiteShape:
     charset_traps: int = 0
     charset_lies: int = 0
     hangs: int = 0
+    script_shells: int = 0
     urls_per_sitemap: int = 500
     sitemap_delay_s: float = 0.0  # per child sitemap: spreads publishing over time
     page_delay_s: float = 0.0  # per page: keeps fetches in flight longer
@@ -60,6 +75,7 @@ class SiteShape:
             ("charset-trap", self.charset_traps),
             ("charset-lie", self.charset_lies),
             ("hang", self.hangs),
+            ("shell", self.script_shells),
         )
         return [f"/{kind}/{n}.html" for kind, count in kinds for n in range(1, count + 1)]
 
@@ -126,12 +142,10 @@ class FaultSite(LocalSite):
             self._released.wait(self.shape.hang_s)
         elif self.shape.page_delay_s:
             threading.Event().wait(self.shape.page_delay_s)
-        if kind == "always500":
-            return 500, "text/plain", b"always broken\n"
-        if kind == "charset-trap":
-            return 200, "text/html; charset=utf-7", CHARSET_TRAP
-        if kind == "charset-lie":
-            return 200, "text/html; charset=base64", b"<html><title>lie</title></html>"
+        if kind in FIXED_ANSWERS:
+            return FIXED_ANSWERS[kind]
+        if kind == "shell":
+            return 200, HTML, SCRIPT_SHELL.format(path=path).encode()
         return 200, HTML, PAGE.format(path=path, filler="lorem ipsum " * 20).encode()
 
     def _index(self) -> bytes:
@@ -152,3 +166,41 @@ def _xml(root: str, items: str) -> bytes:
         f'<?xml version="1.0" encoding="UTF-8"?>'
         f'<{root} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{items}</{root}>'
     ).encode()
+
+
+def links_of(page: int, pages: int) -> list[int]:
+    """A binary tree (every page reachable, depth about log2 of the pages), with links back to
+    the parent and the root and one far link: most links a page has were seen already."""
+    return [n for n in (2 * page + 1, 2 * page + 2, page // 2, 0, (page * 7919) % pages) if n < pages]
+
+
+class _GraphHandler(QuietHandler):
+    def do_GET(self) -> None:
+        site: GraphSite = self.server.site
+        if self.path == "/robots.txt":
+            self.send(200, "text/plain", b"User-agent: *\nAllow: /\n")
+            return
+        try:
+            page = int(self.path.removeprefix("/p/"))
+        except ValueError:
+            page = -1
+        if not 0 <= page < site.pages:
+            self.send(404, "text/html", b"<html></html>")
+            return
+        time.sleep(0.005)  # keeps fetches in flight, so kills land mid-fetch as well
+        anchors = "".join(f"<a href='/p/{n}'>{n}</a> " for n in links_of(page, site.pages))
+        self.send(
+            200,
+            "text/html",
+            f"<html><head><title>{page}</title></head><body>{anchors}</body></html>".encode(),
+        )
+
+
+class GraphSite(LocalSite):
+    """A site to crawl by discovery: /p/0 to /p/<pages - 1>, linked by links_of(); no sitemap."""
+
+    handler: ClassVar[type[QuietHandler]] = _GraphHandler
+
+    def __init__(self, pages: int) -> None:
+        super().__init__()
+        self.pages = pages

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import ClassVar
 
 import pytest
 
@@ -19,49 +18,13 @@ from shared.settings import Settings
 from tests.faults.conftest import SIZE, Size
 from tests.faults.fleet import Fleet
 from tests.faults.ledger import outcomes_so_far, wait_for_ledger, wait_for_progress
-from tests.local_site import LocalSite, QuietHandler
+from tests.faults.site import GraphSite
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(SIZE.timeout_s)]
 
 PAGES = {"small": 2_000, "large": 20_000}[SIZE.name]
 WORKERS = 4
 KILL_AT = (0.1, 0.25, 0.4, 0.55, 0.7, 0.85)  # shares of the pages stored
-
-
-def links_of(page: int, pages: int) -> list[int]:
-    """A binary tree (every page reachable, depth about log2 of the pages), with links back to
-    the parent and the root and one far link: most links a page has were seen already."""
-    return [n for n in (2 * page + 1, 2 * page + 2, page // 2, 0, (page * 7919) % pages) if n < pages]
-
-
-class _Handler(QuietHandler):
-    def do_GET(self) -> None:
-        site: GraphSite = self.server.site
-        if self.path == "/robots.txt":
-            self.send(200, "text/plain", b"User-agent: *\nAllow: /\n")
-            return
-        try:
-            page = int(self.path.removeprefix("/p/"))
-        except ValueError:
-            page = -1
-        if not 0 <= page < site.pages:
-            self.send(404, "text/html", b"<html></html>")
-            return
-        time.sleep(0.005)  # keeps fetches in flight, so kills land mid-fetch as well
-        anchors = "".join(f"<a href='/p/{n}'>{n}</a> " for n in links_of(page, site.pages))
-        self.send(
-            200,
-            "text/html",
-            f"<html><head><title>{page}</title></head><body>{anchors}</body></html>".encode(),
-        )
-
-
-class GraphSite(LocalSite):
-    handler: ClassVar[type[QuietHandler]] = _Handler
-
-    def __init__(self, pages: int) -> None:
-        super().__init__()
-        self.pages = pages
 
 
 def test_sigkilled_workers_and_frontier_lose_and_double_no_discovered_url(

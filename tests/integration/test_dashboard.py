@@ -224,7 +224,8 @@ def test_pause_and_resume_change_the_state_and_the_hold_queue(dashboard: Served,
 
 
 def read_events(url: str, count: int, got: list[dict[str, Any]]) -> None:
-    with httpx.stream("GET", url, timeout=10) as answer:
+    # A loaded machine stretches the interval to ten times a sample (several seconds): wait it out.
+    with httpx.stream("GET", url, timeout=60) as answer:
         assert answer.status_code == 200
         assert answer.headers["content-type"].startswith("text/event-stream")
         for line in answer.iter_lines():

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.site import Answer, Hit, LoggedSite, most_in_any_window, page, pages_route
+from bench.site import Answer, Hit, LoggedSite, page, pages_route
 from shared.amqp.topology import dead_letter_exchange
 from shared.consumer import Delivery, Outcome
 from shared.messages import CrawlTask
@@ -27,7 +27,9 @@ from shared.postgres import db
 from shared.redis.client import OPERATOR, connect_redis
 from shared.redis.keys import Keys
 from shared.settings import Settings
+from tests.pacing import WaitClock, most_over_pace, typical_gap_s
 from worker.handler import CrawlHandler
+from worker.politeness.gate import RATE_HEADROOM
 from worker.politeness.ratelimit import RateLimiter, Reservation
 from worker.store.writer import ResultStore
 from worker.wiring import build_handler
@@ -124,30 +126,56 @@ def rows(settings: Settings, query: str, *params: object) -> list[tuple[object, 
         return list(conn.execute(query, params).fetchall())
 
 
-@pytest.mark.timeout(60)
-def test_four_threads_keep_one_host_under_its_rate_and_near_it(polite: Settings) -> None:
-    rate, run_s = 5, 6.0
+def assert_kept_near_the_rate(times: list[float], settings: Settings, domain: str) -> None:
+    """The site saw the configured rate, not more, and about that: judged by the pace over every
+    stretch of the run (a limiter even a fifth too fast fails it) and by the typical gap (one
+    twice too slow fails it), neither of which a slow machine moves (tests/pacing.py).
+
+    A loaded machine answers slowly too, and the gate may then slow the domain down (rising
+    latency, worker/politeness/latency_watch.py): "near" is then near the rate it cut to, which
+    the domain's backoff hash holds (`w0`, of the last cut; with a recovery of minutes, the
+    lowest the rate was in a run of seconds)."""
+    rate = settings.rate_limit_rps
+    assert most_over_pace(times, rate) <= 1, f"faster than {rate}/s: {sorted(times)}"
+    client = connect_redis(settings, OPERATOR)
+    cut_to = client.hget(Keys(settings.redis_prefix).backoff(domain), "w0")
+    client.close()
+    fraction = float(cut_to) if cut_to is not None else 1.0
+    spacing_s = RATE_HEADROOM / rate / fraction  # what the gate keeps between sends
+    assert typical_gap_s(times) <= 1.5 * spacing_s, f"slower than {rate * fraction}/s: {sorted(times)}"
+
+
+def crawl_forty_pages(settings: Settings, threads: int) -> CrawlReport:
+    """Crawl 40 pages of one host, each once, until done (a slow machine only takes longer),
+    and check the host saw them near its rate (`rate_recovery_s` long, so that a slow-down the
+    gate makes stays for the run)."""
     with LoggedSite(pages_route) as site:
-        urls = [site.url(f"/p/{n}") for n in range(60)]
-        crawl_in_threads(polite, urls, threads=4, run_s=run_s)
-        times = [hit.at for hit in site.hits]
-    assert most_in_any_window(times, 1.0) <= rate
-    first = min(times)
-    assert len([t for t in times if t < first + run_s]) >= 0.9 * rate * run_s
+        urls = [site.url(f"/p/{n}") for n in range(40)]
+        report = crawl_in_threads(settings, urls, threads=threads, run_s=100)
+        times = [hit.at for hit in site.hits if hit.path != "/robots.txt"]
+        domain = site.domains()[0]
+    assert sorted(report.done) == sorted(urls) and len(times) == len(urls)
+    assert_kept_near_the_rate(times, settings, domain)
+    return report
 
 
-@pytest.mark.timeout(60)
+# Up to 100 s of crawl when a loaded machine slows the domain down, then the teardown.
+@pytest.mark.timeout(180)
+def test_four_threads_keep_one_host_under_its_rate_and_near_it(polite: Settings) -> None:
+    crawl_forty_pages(dataclasses.replace(polite, rate_recovery_s=600.0), threads=4)
+
+
+# Up to 100 s of crawl when a loaded machine slows the domain down, then the teardown.
+@pytest.mark.timeout(180)
 def test_urls_held_with_reserved_slots_keep_the_rate_without_the_broker(polite: Settings) -> None:
     # A short inline wait and more threads than it covers: most URLs are held with a slot.
-    quick = dataclasses.replace(polite, max_inline_wait_s=0.5)
-    rate, run_s = 5, 6.0
-    with LoggedSite(pages_route) as site:
-        urls = [site.url(f"/p/{n}") for n in range(60)]
-        report = crawl_in_threads(quick, urls, threads=8, run_s=run_s)
-        times = [hit.at for hit in site.hits]
-    assert most_in_any_window(times, 1.0) <= rate
-    assert len([t for t in times if t < min(times) + run_s]) >= 0.9 * rate * run_s
-    assert report.held >= 20 and report.deferred_or_retried == 0
+    report = crawl_forty_pages(
+        dataclasses.replace(polite, max_inline_wait_s=0.5, rate_recovery_s=600.0), threads=8
+    )
+    # Held, never deferred: 8 threads take URLs far faster than 5 a second, so all but the few
+    # whose slot came within the 0.5 s inline wait (rate * wait + the first) wait held.
+    assert report.deferred_or_retried == 0
+    assert report.held >= 20, report
 
 
 @pytest.mark.timeout(60)
@@ -195,7 +223,7 @@ def test_retry_after_keeps_every_worker_away_for_that_long(polite: Settings) -> 
 def test_503_without_retry_after_slows_the_domain(polite: Settings) -> None:
     keys = Keys(polite.redis_prefix)
     client = connect_redis(polite, OPERATOR)
-    slowed = dataclasses.replace(polite, rate_recovery_s=20.0)
+    slowed = dataclasses.replace(polite, rate_recovery_s=60.0)  # back to 5/s only slowly
 
     def overloaded_once(hit: Hit) -> Answer:
         if hit.path == "/p/0":
@@ -206,12 +234,13 @@ def test_503_without_retry_after_slows_the_domain(polite: Settings) -> None:
         domain = site.domains()[0]
         crawl_in_threads(slowed, [site.url("/p/0")], threads=1, run_s=0.5)  # one 503
         fields = client.hgetall(keys.backoff(domain))
-        crawl_in_threads(slowed, [site.url(f"/p/{n}") for n in range(1, 6)], threads=2, run_s=20)
+        crawl_in_threads(slowed, [site.url(f"/p/{n}") for n in range(1, 8)], threads=2, run_s=60)
         pages = sorted(hit.at for hit in site.hits if hit.path.startswith("/p/") and hit.path != "/p/0")
     assert (fields[b"why"], fields[b"wmax"]) == (b"503", b"1")
-    # 5 a second configured, 1.05 / 5 = 0.21 s apart; 70% of it growing back slowly: > 0.26 s.
-    gaps = [later - earlier for earlier, later in itertools.pairwise(pages)]
-    assert len(pages) == 5 and min(gaps) > 0.26
+    # 5 a second configured, 1.05 / 5 = 0.21 s apart; at 70% of it, growing back over a minute,
+    # 0.29 s in the seconds this takes. Judged by the typical gap, which the lateness of one
+    # request on a loaded machine does not move (tests/pacing.py); unslowed it would be 0.21 s.
+    assert len(pages) == 7 and typical_gap_s(pages) > 0.25, pages
     client.close()
 
 
@@ -244,15 +273,19 @@ def test_a_second_crawl_of_an_unchanged_page_is_a_304_without_a_body(polite: Set
 def test_pause_and_reservation_are_one_atomic_decision(polite: Settings) -> None:
     client = connect_redis(polite, OPERATOR)
     limiter = RateLimiter(client, Keys(polite.redis_prefix))
+    clock = WaitClock()  # the pause ends 1.5 s after this, on Redis's clock
     limiter.pause("paused.example", 1.5)
     refused = limiter.reserve("paused.example", 100.0, max_wait_s=1.0)
     assert (refused.reserved, refused.reason) == (False, "paused")
-    assert refused.wait_s == pytest.approx(1.5, abs=0.05)
+    assert clock.holds(refused.wait_s, 1.5)
     accepted = limiter.reserve("paused.example", 100.0, max_wait_s=2.0)
-    assert accepted.reserved and accepted.wait_s == pytest.approx(1.5, abs=0.05)
+    assert accepted.reserved and clock.holds(accepted.wait_s, 1.5)
     limiter.pause("paused.example", 0.2)  # a shorter pause never cuts a longer one
     assert limiter.paused_s("paused.example") > 1.0
     client.close()
+
+
+LEASE_S = 2.0
 
 
 def test_concurrency_leases_cap_then_free_by_release_or_expiry(polite: Settings) -> None:
@@ -260,12 +293,14 @@ def test_concurrency_leases_cap_then_free_by_release_or_expiry(polite: Settings)
     limiter = RateLimiter(client, Keys(polite.redis_prefix))
 
     def take() -> Reservation:
-        return limiter.reserve("cap.example", 1000.0, max_wait_s=1.0, max_concurrent=2, lease_s=0.3)
+        # Leases long enough that none lapses between these calls on a slow machine.
+        return limiter.reserve("cap.example", 1000.0, max_wait_s=1.0, max_concurrent=2, lease_s=LEASE_S)
 
     first, second, third = take(), take(), take()
     assert (first.reserved, second.reserved, third.reserved, third.reason) == (True, True, False, "busy")
     limiter.release("cap.example", first.lease)
     assert take().reserved
-    time.sleep(0.4)  # the holders "crashed": their leases lapse by themselves
+    assert not take().reserved  # the cap again: two leases held
+    time.sleep(LEASE_S + 0.1)  # the holders "crashed": their leases lapse by themselves
     assert take().reserved
     client.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +13,7 @@ from shared.redis.client import OPERATOR, connect_redis
 from shared.redis.keys import Keys
 from shared.settings import Settings
 from tests.integration.test_politeness import crawl_in_threads, rows
+from tests.pacing import most_over_pace, typical_gap_s
 
 
 def robots_route(robots: Answer) -> Route:
@@ -59,10 +59,16 @@ def test_disallowed_paths_are_never_requested_and_recorded_as_skips(polite: Sett
 def test_crawl_delay_spaces_the_requests(polite: Settings) -> None:
     route = robots_route(text("User-agent: *\nCrawl-delay: 0.5\n"))
     with LoggedSite(route) as site:
-        crawl_in_threads(polite, [site.url(f"/p/{n}") for n in range(5)], threads=3, run_s=30)
+        crawl_in_threads(polite, [site.url(f"/p/{n}") for n in range(8)], threads=3, run_s=60)
         starts = sorted(hit.at for hit in site.hits if hit.path != "/robots.txt")
-    assert len(starts) == 5
-    assert min(b - a for a, b in itertools.pairwise(starts)) >= 0.5  # 20 req/s configured, 2 allowed
+    assert len(starts) == 8
+    # 20 req/s configured, 2 allowed. Judged over the whole run, with a request's lateness on
+    # a loaded machine allowed once (tests/pacing.py), not gap by gap: at the configured 20/s
+    # the 8 requests would run 4 ahead of what 2/s lets through in their 0.4 s.
+    assert most_over_pace(starts, 1 / 0.5) <= 0, starts
+    # Most gaps near the delay (0.525 s with the gate's headroom), far from the rate's 0.05 s;
+    # a fifth is left for the jitter of arrivals the clearances do not see.
+    assert typical_gap_s(starts) >= 0.8 * 0.5, starts
 
 
 @pytest.mark.timeout(60)

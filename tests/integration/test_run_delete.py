@@ -46,7 +46,15 @@ def make_run(settings: Settings, client: redis.Redis, run_id: str, urls: list[st
     dedup.claim(fps)
     dedup.confirm(fps, {"enqueued.bulk": len(urls)})
     dedup.beat()
+    for key in client.scan_iter(keys.all_pattern()):
+        # The heartbeat's keys live 5 s: kept, so that none lapses between the test's looks on
+        # a slow machine and passes for one the delete removed.
+        client.persist(key)
     client.set(keys.run_seeded(run_id), b"{}")
+    # A discovery run's keys: its options, its hosts' counts, a frontier's mark left by a kill.
+    client.set(keys.run_discovery(run_id), b"{}")
+    client.hset(keys.run_discovered_hosts(run_id), "a.test", 3)
+    client.hset(keys.run_frontier(run_id), "frontier-1", 0)
     db.ensure_schema(settings)
     with db.connect(settings) as conn:
         page, dead, skip = urls
@@ -60,11 +68,20 @@ def make_run(settings: Settings, client: redis.Redis, run_id: str, urls: list[st
             (run_id, dead),
         )
         conn.execute("INSERT INTO skips (run_id, url, reason) VALUES (%s, %s, 'robots')", (run_id, skip))
+        conn.execute("INSERT INTO run_discovery (run_id, options) VALUES (%s, '{}')", (run_id,))
         conn.commit()
 
 
 def run_keys(settings: Settings, client: redis.Redis) -> set[str]:
     return {key.decode() for key in client.scan_iter(Keys(settings.redis_prefix).all_pattern())}
+
+
+def discovery_runs(settings: Settings) -> list[str]:
+    with db.connect(settings) as conn:
+        rows = conn.execute(
+            "SELECT run_id FROM run_discovery WHERE run_id IN (%s, %s) ORDER BY run_id", (RUN, OTHER)
+        )
+        return [str(row[0]) for row in rows.fetchall()]
 
 
 def row_runs(settings: Settings) -> list[tuple[str, int]]:
@@ -96,9 +113,11 @@ def test_delete_removes_the_runs_rows_and_keys_and_nothing_else(
     assert deleted.keys == len(gone) and deleted.rows == 3
     assert all(f":{RUN}:" in key or "{" + RUN + ":" in key for key in gone)
     assert keys.run_stats(RUN) in gone and keys.run_seeded(RUN) in gone
+    assert {keys.run_discovery(RUN), keys.run_discovered_hosts(RUN), keys.run_frontier(RUN)} <= gone
     assert not any(f":{RUN}:" in key or "{" + RUN + ":" in key for key in after)
     assert keys.run_stats(OTHER) in after
     assert row_runs(settings) == [(OTHER, 3)]
+    assert discovery_runs(settings) == [OTHER]  # the options kept beside Redis's go too
     # The same run id starts from nothing: its URLs are new again.
     assert Dedup(client, keys, RUN).claim([fingerprint(URLS[0])]).is_new == [True]
 

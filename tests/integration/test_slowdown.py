@@ -50,11 +50,14 @@ def test_a_send_reserved_before_the_cut_is_spaced_at_the_slower_rate(
     client: redis.Redis, settings: Settings
 ) -> None:
     limiter = RateLimiter(client, Keys(settings.redis_prefix), recovery_s=60)
-    assert limiter.clear_to_send("b.example", 0.5)[0]
-    limiter.slow_down("b.example", 2.0)
-    time.sleep(0.55)  # past the configured spacing, inside the slowed one (0.714 s)
-    cleared, wait_s, reason = limiter.clear_to_send("b.example", 0.5)
-    assert (cleared, reason) == (False, "spacing") and 0 < wait_s < 0.17
+    # Spacings of seconds, so that a sleep that overshoots on a loaded machine still ends
+    # inside the slowed one: 2 s configured, 2 / 0.7 = 2.857 s slowed.
+    assert limiter.clear_to_send("b.example", 2.0)[0]
+    limiter.slow_down("b.example", 1 / 2.0)  # the rate whose interval is that spacing
+    time.sleep(2.2)  # past the configured spacing: unstretched, this send would be cleared
+    cleared, wait_s, reason = limiter.clear_to_send("b.example", 2.0)
+    # At most what the slowed spacing leaves after the sleep (the rate grows back meanwhile).
+    assert (cleared, reason) == (False, "spacing") and 0 < wait_s <= 2.0 / BETA - 2.2, wait_s
 
 
 def test_one_403_is_a_page_a_burst_of_them_slows_the_domain(client: redis.Redis, settings: Settings) -> None:

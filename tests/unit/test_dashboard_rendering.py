@@ -14,6 +14,7 @@ import pytest
 
 from ops.dashboard.config import DashboardSettings
 from ops.dashboard.deadletters import Filter
+from ops.dashboard.panels import politeness_panel, proxies_panel, render_panel
 from ops.dashboard.regions import TEMPLATES, Views, why_not_moving
 from ops.dashboard.text import linkable, short_error
 from shared.settings import Settings
@@ -170,6 +171,22 @@ def test_a_hostile_run_page_renders_as_text() -> None:
             "republished": 0,
         },
         "activity": {"pages_by_worker": {IMG: 1}},
+        "growing": True,
+        "proxies": proxies_panel(
+            [{"proxy": SCRIPT, "state": "benched", "benched_s": 3.0, "recent_failures": 2}]
+        ),
+        "politeness": politeness_panel(
+            {
+                "rate_jitter": 0.2,
+                "slowed_domains": [
+                    {"domain": IMG, "configured_rps": 2.0, "rps_now": 1.0, "reason": SCRIPT, "since_s": 5.0}
+                ],
+                "slowed_total": 1,
+            }
+        ),
+        "render": render_panel(
+            {f"renders.{SCRIPT}": 2, "renders.ok": 1}, {f"render_{IMG}": 1}, [], "crawl", []
+        ),
     }
     errors = [
         {

@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
 MANIFEST_PATTERNS = ("*.yaml", "*.yml", "*.yaml.template")
 SERVICE_MODULES = {"worker", "producer", "dlq_consumer"}
+# A workload is named by its module and, for the producer, by whether it serves crawl requests.
+WORKLOADS = {"worker", "producer", "producer --serve", "dlq_consumer"}
 SETTINGS_VARS = {f.name.upper() for f in dataclasses.fields(Settings)}
 WORKLOAD_KINDS = {"Deployment", "Job"}
 
@@ -61,9 +63,15 @@ def module_of(container: dict[str, Any]) -> str:
     return module
 
 
-def workload_running(documents: list[dict[str, Any]], module: str) -> dict[str, Any]:
-    found = [w for w, c in containers(documents) if module_of(c) == module]
-    assert len(found) == 1, f"expected one workload running {module}, found {len(found)}"
+def service_of(container: dict[str, Any]) -> str:
+    """The module, with ` --serve` for the producer service (a Job's producer seeds one crawl)."""
+    module = module_of(container)
+    return f"{module} --serve" if "--serve" in container.get("args", []) else module
+
+
+def workload_running(documents: list[dict[str, Any]], service: str) -> dict[str, Any]:
+    found = [w for w, c in containers(documents) if service_of(c) == service]
+    assert len(found) == 1, f"expected one workload running {service}, found {len(found)}"
     return found[0]
 
 
@@ -121,13 +129,14 @@ def test_workloads_read_the_configmap_and_the_secret(documents: list[dict[str, A
 
 
 def test_containers_run_the_services_of_this_repository(documents: list[dict[str, Any]]) -> None:
-    modules = [module_of(c) for _, c in containers(documents)]
-    assert sorted(modules) == sorted(SERVICE_MODULES)
-    for module in modules:
+    services = [service_of(c) for _, c in containers(documents)]
+    assert sorted(services) == sorted(WORKLOADS)
+    assert {module_of(c) for _, c in containers(documents)} == SERVICE_MODULES
+    for module in SERVICE_MODULES:
         assert (REPO / module / "__main__.py").is_file()
     assert workload_running(documents, "producer")["kind"] == "Job"
-    assert workload_running(documents, "worker")["kind"] == "Deployment"
-    assert workload_running(documents, "dlq_consumer")["kind"] == "Deployment"
+    for service in ("worker", "dlq_consumer", "producer --serve"):
+        assert workload_running(documents, service)["kind"] == "Deployment", service
 
 
 def test_one_pinned_image_for_every_service(documents: list[dict[str, Any]]) -> None:
@@ -150,7 +159,7 @@ def test_long_running_services_are_ready_and_alive_while_their_metrics_answer(
     documents: list[dict[str, Any]],
 ) -> None:
     port = Settings.from_env(config(documents)).metrics_port
-    for module in ("worker", "dlq_consumer"):
+    for module in ("worker", "dlq_consumer", "producer --serve"):
         (container,) = workload_running(documents, module)["spec"]["template"]["spec"]["containers"]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         for kind in ("readinessProbe", "livenessProbe"):
@@ -232,3 +241,13 @@ def test_rabbitmq_is_a_three_node_operator_cluster(documents: list[dict[str, Any
     template = one(documents, "Secret")["stringData"]
     assert f"@{host}:5672/" in template["AMQP_URL"]
     assert config(documents)["RABBITMQ_MANAGEMENT_URL"] == f"http://{host}:15672"
+
+
+def test_the_producer_service_gives_a_stopped_seeding_time_to_settle(documents: list[dict[str, Any]]) -> None:
+    """Told to stop, the service settles the publishes in flight and hands its request back to
+    the queue; compose gives it 30 s (stop_grace_period), and so must the pod."""
+    service = workload_running(documents, "producer --serve")
+    (container,) = service["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["--serve"], "--serve takes no other option"
+    assert service["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30
+    assert service["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"

@@ -46,7 +46,27 @@ def test_each_offline_image_has_its_folder() -> None:
         for line in dockerfile.splitlines():
             if line.startswith("COPY "):
                 source = line.split()[1]
-                assert source in ("debs", "wheels") or (OFFLINE / folder / source).exists(), (folder, source)
+                made_by_the_build = source in ("debs", "wheels", "archive")
+                assert made_by_the_build or (OFFLINE / folder / source).exists(), (folder, source)
+
+
+def test_the_renderers_image_is_built_offline_with_chromium_from_a_local_archive() -> None:
+    """Compose's renderer image comes from the project's Dockerfile, whose `apt-get install
+    chromium` the python stand-in answers from its own archive, its only apt source."""
+    text = (OFFLINE / "build.sh").read_text(encoding="utf-8")
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))["services"]
+    (renderer_tag,) = re.findall(r"^renderer_tag=(\S+)", text, re.MULTILINE)
+    assert services["renderer"]["image"] == renderer_tag
+    assert services["renderer"]["build"]["args"]["WITH_RENDERER"] == "1"
+    assert re.search(r"docker build --build-arg WITH_RENDERER=1 -t \"\$renderer_tag\" \"\$repo\"", text)
+    archives = text[text.index("declare -A archives=(") :]
+    assert re.search(r'\[python\]="chromium libatomic1"', archives[: archives.index(")\n")])
+    python = (OFFLINE / "python" / "Dockerfile").read_text(encoding="utf-8")
+    assert "COPY archive /opt/debs" in python
+    assert "echo 'deb [trusted=yes] file:/opt/debs ./' >/etc/apt/sources.list" in python
+    dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    # libatomic1: Playwright's driver needs it (seen in an image built without it).
+    assert "apt-get install -y --no-install-recommends chromium libatomic1" in dockerfile
 
 
 def worker_ports(tmp_path: Path, processes: str) -> tuple[int, set[int]]:

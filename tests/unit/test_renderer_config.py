@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from renderer.engine import require_chromium
+from renderer.chromium import require_chromium
 from shared.errors import ConfigError
 from shared.settings import Settings
 

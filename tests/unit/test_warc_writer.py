@@ -136,7 +136,11 @@ def test_files_rotate_past_the_limit_and_each_closed_one_is_whole(tmp_path: Path
     assert [n.split("-")[2] for n in names] == ["00000", "00001", "00002", "00003", "00004"]
     for at in places:
         path = tmp_path / at.filename
-        assert records_of(path)[0][1] == "warcinfo"
+        (_, kind, info, _), *rest = records_of(path)
+        assert kind == "warcinfo"
+        # Each page's records were built naming the file open before, which then rotated: they
+        # were built again, and name the warcinfo of the file they are in.
+        assert {headers["WARC-Warcinfo-ID"] for _, _, headers, _ in rest} == {info["WARC-Record-ID"]}
         with open(path, "rb") as file:
             assert whole_length(file) == path.stat().st_size
 
@@ -207,7 +211,7 @@ def test_a_full_disk_at_a_stop_gives_the_message_back(tmp_path: Path) -> None:
 
 
 def test_records_from_many_threads_each_land_where_they_say(tmp_path: Path) -> None:
-    archive = archive_in(tmp_path, max_bytes=20_000)
+    archive = archive_in(tmp_path, max_bytes=5_000)
     places = []
     lock = threading.Lock()
 
@@ -222,11 +226,33 @@ def test_records_from_many_threads_each_land_where_they_say(tmp_path: Path) -> N
     for thread in threads:
         thread.join()
     archive.close()
+    assert len(list(tmp_path.iterdir())) >= 3  # it rotated while threads had records built
     for i, at in places:
         with open(tmp_path / at.filename, "rb") as file:
             file.seek(at.offset)
             record = next(iter(ArchiveIterator(io.BytesIO(file.read(at.length)))))
             assert record.rec_headers.get_header("WARC-Target-URI") == f"http://site.test/{i}"
+    # Records are built before the lock, naming the file open then: one that landed in a file
+    # opened meanwhile was built again, so every record names its own file's warcinfo.
+    for path in tmp_path.iterdir():
+        (_, kind, info, _), *rest = records_of(path)
+        assert kind == "warcinfo" and rest
+        assert {headers["WARC-Warcinfo-ID"] for _, _, headers, _ in rest} == {info["WARC-Record-ID"]}
+
+
+def test_a_sync_fsyncs_only_what_came_since_the_last(tmp_path: Path) -> None:
+    synced: list[int] = []
+    series = FileSeries(str(tmp_path), "crawl", "host-1-0", 10**7, [("software", "test")])
+    archive = Archive(series, fsync=synced.append)
+    archive.sync()  # no file yet
+    archive.record(fetched(exchange()))
+    archive.sync()
+    archive.sync()  # a batch of rows with no new record: nothing to make durable
+    assert len(synced) == 1
+    archive.record(fetched(exchange("http://site.test/b")))
+    archive.sync()
+    assert len(synced) == 2
+    archive.close()
 
 
 def test_warc_dir_mistakes_are_one_line_naming_it(tmp_path: Path) -> None:

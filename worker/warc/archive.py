@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from shared.errors import ConfigError, ServiceUnavailable
@@ -66,6 +67,15 @@ class Response(Protocol):
     def archived(self) -> ArchivedAs | None: ...
 
 
+@dataclass(frozen=True)
+class _Members:
+    """A page's records as gzip members, built naming the warcinfo of one file."""
+
+    warcinfo_id: str
+    page: bytes  # the record the row points at
+    both: bytes  # it, and the request record after it when there is one: one write
+
+
 def _exit_now() -> None:
     os._exit(75)  # EX_TEMPFAIL; the pool forks the worker again
 
@@ -93,8 +103,10 @@ class Archive:
         clock: Callable[[], float] = time.time,
         on_lost_writes: Callable[[], None] = _exit_now,
         pause: Callable[[float], bool] | None = None,
+        fsync: Callable[[int], None] = os.fsync,
     ) -> None:
         self._series = series
+        self._fsync = fsync
         self._clock = clock
         self._on_lost_writes = on_lost_writes
         self._lock = threading.Lock()
@@ -138,37 +150,43 @@ class Archive:
         # A fetched page's response record has the id its cache entry already names.
         fetched = exchange is not None and not response.not_modified
         page_id = exchange.record_id if fetched and exchange is not None else new_record_id()
+        # Digests and compression, nearly all of the writer's CPU, are done before the lock is
+        # taken, so no thread waits on another's; they name the current file's warcinfo, and
+        # `_write` builds them again in the rare case that a file was opened meanwhile.
+        built = self._members(response, page_id, date, self._series.warcinfo_id)
         with self._lock:  # one writer at a time; each record names its own file's warcinfo
             while True:
                 try:
-                    return self._write(response, page_id, date)
+                    return self._write(response, page_id, date, built)
                 except DiskFull as full:
                     self._wait_for_room(full)
                 except OSError as exc:  # not the page's fault: it goes back to its queue, not to the dead
                     raise ServiceUnavailable("WARC_DIR", self.directory, exc.strerror or str(exc)) from None
 
-    def _write(self, response: Response, page_id: str, date: str) -> WarcLocation:
+    def _write(self, response: Response, page_id: str, date: str, built: _Members) -> WarcLocation:
         # The page's record and its request go in one write: in one file, together or not at all.
-        page, members = self._members(response, page_id, date, self._series.ready())
-        if self._series.would_overflow(len(members)):
+        warcinfo_id = self._series.ready()
+        if self._series.would_overflow(len(built.both)):
             self._rotate()
-            page, members = self._members(response, page_id, date, self._series.ready())
-        name, offset = self._series.append(members)
+            warcinfo_id = self._series.ready()
+        if built.warcinfo_id != warcinfo_id:
+            built = self._members(response, page_id, date, warcinfo_id)
+        name, offset = self._series.append(built.both)
         if self.problem is not None:
             log.warning("WARC writes go on in %s: there is room again", self.directory)
             self.problem = None
             self._pause_s = FULL_PAUSE_S[0]
-        return WarcLocation(name, offset, len(page), page_id)
+        return WarcLocation(name, offset, len(built.page), page_id)
 
-    def _members(self, response: Response, page_id: str, date: str, warcinfo_id: str) -> tuple[bytes, bytes]:
+    def _members(self, response: Response, page_id: str, date: str, warcinfo_id: str) -> _Members:
         """The page's record, and it with its request record after it, as gzip members."""
         page = records.gzip_member(self._page_record(response, page_id, date, warcinfo_id))
         if response.exchange is None:
-            return page, page
+            return _Members(warcinfo_id, page, page)
         request = records.request(response.exchange, new_record_id(), date, warcinfo_id, page_id)
-        return page, page + records.gzip_member(request)
+        return _Members(warcinfo_id, page, page + records.gzip_member(request))
 
-    def _page_record(self, response: Response, page_id: str, date: str, warcinfo_id: str) -> bytes:
+    def _page_record(self, response: Response, page_id: str, date: str, warcinfo_id: str) -> records.Pieces:
         exchange = response.exchange
         if exchange is not None and not response.not_modified:
             return records.response(exchange, page_id, date, warcinfo_id)
@@ -198,11 +216,13 @@ class Archive:
         """Make every record written so far durable (the store calls it before each commit)."""
         with self._lock:
             current = self._series.current
-            fd = os.dup(current.fd) if current is not None else None
-        if fd is None:
-            return
+            if current is None or current.synced_size == current.size:
+                return  # nothing written since the last sync: no fsync to pay for
+            fd, size = os.dup(current.fd), current.size
         try:
-            os.fsync(fd)
+            self._fsync(fd)
+            with self._lock:
+                current.synced_size = max(current.synced_size, size)
         except OSError as exc:
             log.critical("WARC fsync failed in %s (%s): stopping this worker now", self.directory, exc)
             if exc.errno != errno.EBADF:

@@ -71,6 +71,7 @@ class OpenFile:
         self.fd = os.open(self.path + OPEN_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.size = 0
+        self.synced_size = 0  # what the last fsync made durable (Archive.sync)
         self.records = 0
 
     def append(self, data: bytes) -> int:

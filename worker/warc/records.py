@@ -6,13 +6,20 @@ point at). Digests are SHA-1 in base32, as the WARC world writes them. A respons
 is the status line, the headers and the body as received (the body still in its
 Content-Encoding, so a replay tool decodes it once, as a browser would); `Transfer-Encoding` is
 left out of the stored headers, since http.client has already undone the chunked framing.
+
+A record is built as its pieces (the WARC head, then the block's parts, then the two CRLFs that
+end it) and each piece goes to the digest and the compressor as it is: a page's body is never
+copied into a record, only read, once for each digest and once for the compressor.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterable
+import base64
+import hashlib
+from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
+
+from isal import isal_zlib
 
 from worker.warc.exchange import ArchivedAs, Exchange, sha1_digest
 
@@ -21,31 +28,44 @@ REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modif
 REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 HTTP_RESPONSE = "application/http; msgtype=response"
 HTTP_REQUEST = "application/http; msgtype=request"
-# zlib's fastest level: a record is written on the handler's path, under the GIL; level 6
-# saved a few per cent of disk for about three times the CPU (bench/warc_cost.py).
+# ISA-L's deflate (isal), level 1: a record is compressed on the handler's path, and on the real
+# pages of bench/warc_cost.py it took a quarter of the CPU of zlib's fastest level for files a
+# few per cent smaller; zlib's level 6 saved a fifth of the disk for ten times the CPU. Its
+# members are plain gzip, read by zlib, warcio and every WARC tool.
 GZIP_LEVEL = 1
+_GZIP_WBITS = 16 + 15
+_END = b"\r\n\r\n"
 _HOP_HEADERS = frozenset({"transfer-encoding"})
 
 Fields = list[tuple[str, str]]
+Pieces = list[bytes]  # one record's bytes, in order, not joined
 
 
-def gzip_member(data: bytes) -> bytes:
-    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return compressor.compress(data) + compressor.flush()
+def gzip_member(pieces: Iterable[bytes]) -> bytes:
+    compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, _GZIP_WBITS)
+    out = [compressor.compress(piece) for piece in pieces]
+    out.append(compressor.flush())
+    return b"".join(out)
 
 
-def record_bytes(fields: Fields, block: bytes) -> bytes:
+def block_digest(block: Sequence[bytes]) -> str:
+    """The digest of a block given in parts, as if joined."""
+    sha1 = hashlib.sha1()
+    for part in block:
+        sha1.update(part)
+    return "sha1:" + base64.b32encode(sha1.digest()).decode("ascii")
+
+
+def record_pieces(fields: Fields, block: Sequence[bytes]) -> Pieces:
     """One uncompressed record: version line, fields, Content-Length, blank line, block, two CRLFs."""
-    lines = [WARC_VERSION]
-    for name, value in fields:
-        lines.append(f"{name}: {_one_line(value)}".encode())
-    lines.append(f"Content-Length: {len(block)}".encode())
-    return b"\r\n".join(lines) + b"\r\n\r\n" + block + b"\r\n\r\n"
+    length = sum(len(part) for part in block)
+    head = "".join(f"{name}: {_one_line(value)}\r\n" for name, value in fields)
+    return [b"%s\r\n%sContent-Length: %d\r\n\r\n" % (WARC_VERSION, head.encode(), length), *block, _END]
 
 
 def _one_line(value: str) -> str:
     # A header value from a server is one line already; a URL or a name of ours may not be.
-    return value.replace("\r", " ").replace("\n", " ")
+    return value.replace("\r", " ").replace("\n", " ") if "\r" in value or "\n" in value else value
 
 
 def header_lines(first_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
@@ -69,7 +89,7 @@ def _request_target(url: str) -> str:
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
-def warcinfo(record_id: str, date: str, filename: str, info: Fields) -> bytes:
+def warcinfo(record_id: str, date: str, filename: str, info: Fields) -> Pieces:
     block = b"".join(f"{name}: {_one_line(value)}\r\n".encode() for name, value in info)
     fields = [
         ("WARC-Type", "warcinfo"),
@@ -79,11 +99,11 @@ def warcinfo(record_id: str, date: str, filename: str, info: Fields) -> bytes:
         ("Content-Type", "application/warc-fields"),
         ("WARC-Block-Digest", sha1_digest(block)),
     ]
-    return record_bytes(fields, block)
+    return record_pieces(fields, [block])
 
 
-def response(exchange: Exchange, record_id: str, date: str, warcinfo_id: str) -> bytes:
-    block = response_head(exchange) + exchange.body
+def response(exchange: Exchange, record_id: str, date: str, warcinfo_id: str) -> Pieces:
+    block = [response_head(exchange), exchange.body]
     fields = [
         ("WARC-Type", "response"),
         ("WARC-Record-ID", record_id),
@@ -91,15 +111,15 @@ def response(exchange: Exchange, record_id: str, date: str, warcinfo_id: str) ->
         ("WARC-Target-URI", exchange.url),
         ("WARC-Warcinfo-ID", warcinfo_id),
         ("Content-Type", HTTP_RESPONSE),
-        ("WARC-Payload-Digest", exchange.payload_digest),
-        ("WARC-Block-Digest", sha1_digest(block)),
+        ("WARC-Payload-Digest", exchange.payload_digest),  # computed once: the cache names it too
+        ("WARC-Block-Digest", block_digest(block)),
     ]
     if exchange.truncated:
         fields.append(("WARC-Truncated", "length"))
-    return record_bytes(fields, block)
+    return record_pieces(fields, block)
 
 
-def request(exchange: Exchange, record_id: str, date: str, warcinfo_id: str, concurrent_to: str) -> bytes:
+def request(exchange: Exchange, record_id: str, date: str, warcinfo_id: str, concurrent_to: str) -> Pieces:
     block = request_block(exchange)
     fields = [
         ("WARC-Type", "request"),
@@ -111,7 +131,7 @@ def request(exchange: Exchange, record_id: str, date: str, warcinfo_id: str, con
         ("Content-Type", HTTP_REQUEST),
         ("WARC-Block-Digest", sha1_digest(block)),
     ]
-    return record_bytes(fields, block)
+    return record_pieces(fields, [block])
 
 
 def revisit(
@@ -122,7 +142,7 @@ def revisit(
     refers_to: ArchivedAs | None,
     payload_digest: str | None,
     not_modified: Exchange | None,
-) -> bytes:
+) -> Pieces:
     """A 304's revisit (`not_modified`, its headers the block: profile server-not-modified), or
     one for a cached body used without asking the server (no block: identical-payload-digest)."""
     block = response_head(not_modified) if not_modified is not None else b""
@@ -146,12 +166,12 @@ def revisit(
     if block:
         fields.append(("Content-Type", HTTP_RESPONSE))
     fields.append(("WARC-Block-Digest", sha1_digest(block)))
-    return record_bytes(fields, block)
+    return record_pieces(fields, [block])
 
 
 def resource(
     target_uri: str, record_id: str, date: str, warcinfo_id: str, content_type: str, body: bytes
-) -> bytes:
+) -> Pieces:
     """A page that no HTTP exchange of ours gave as it is (the renderer's DOM after scripts ran)."""
     digest = sha1_digest(body)
     fields = [
@@ -162,6 +182,6 @@ def resource(
         ("WARC-Warcinfo-ID", warcinfo_id),
         ("Content-Type", content_type or "application/octet-stream"),
         ("WARC-Payload-Digest", digest),
-        ("WARC-Block-Digest", digest),
+        ("WARC-Block-Digest", digest),  # the block is the body: one digest serves both
     ]
-    return record_bytes(fields, body)
+    return record_pieces(fields, [body])
