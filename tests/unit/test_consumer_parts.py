@@ -18,6 +18,7 @@ from shared.consumer.connection_thread import ConnectionThread
 from shared.consumer.handler_threads import HandlerThreads
 from shared.consumer.local_buffer import LocalItem
 from shared.consumer.settling import CurrentConnection, Settling
+from shared.errors import ServiceUnavailable
 from shared.settings import Settings
 
 
@@ -197,6 +198,70 @@ def test_a_message_waiting_for_a_report_comes_back_to_the_handler_with_it_even_a
         current.forget()
         threads.wake()
         threads.join(5.0)
+
+
+def test_messages_back_with_their_reports_together_are_decided_by_one_thread_woken_once() -> None:
+    # A writer reports a whole batch of rows at once: the messages back with those reports go
+    # into the buffer as one item, and the thread that takes it decides them all, in turn; one
+    # whose channel has gone meanwhile is not decided (the broker has requeued it).
+    reports = {tag: concurrent.futures.Future[None]() for tag in (1, 2, 3, 4)}
+    deciders: list[tuple[int, str]] = []
+
+    def handler(delivery: Delivery) -> Outcome:
+        if delivery.memo is None:
+            return Outcome.back_when(reports[int(delivery.body)], int(delivery.body))
+        deciders.append((delivery.memo, threading.current_thread().name))
+        return Outcome.done()
+
+    threads, channel, current = handler_threads(handler)
+    threads._work_on(item(current, 4, b"4"))  # handed in as a handler thread would (none started)
+    current.use(channel, channel, channel, channel.basic_ack)  # a reconnect: tag 4's channel is gone
+    for tag in (1, 2, 3):
+        threads._work_on(item(current, tag, str(tag).encode()))
+    for report in reports.values():  # as the writer resolves a committed batch's reports
+        report.set_result(None)
+    assert threads.local.qsize() == 1  # one item, one wake, for the four
+    threads.start()
+    try:
+
+        def settled() -> bool:
+            threads.settling.settle_waiting()
+            return sorted(channel.acked) == [1, 2, 3]
+
+        wait_for(settled)
+        assert [tag for tag, _name in deciders] == [1, 2, 3]  # in the order they came back
+        assert len({name for _tag, name in deciders}) == 1  # one thread decided them
+        assert threads.local.qsize() == 0
+    finally:
+        threads.stop_event.set()
+        current.forget()
+        threads.wake()
+        threads.join(5.0)
+
+
+def test_the_handler_is_called_again_after_a_pause_while_a_service_is_away() -> None:
+    calls: list[float] = []
+    pauses: list[float] = []
+
+    def handler(_delivery: Delivery) -> Outcome:
+        calls.append(time.monotonic())
+        if len(calls) < 3:
+            raise ServiceUnavailable("Redis", "redis://", "connection refused")
+        return Outcome.done()
+
+    def pause(timeout: float | None = None) -> bool:  # the stop flag's wait, as the pauses take it
+        assert timeout is not None
+        pauses.append(timeout)
+        return False
+
+    threads, _channel, _current = handler_threads(handler)
+    threads.stop_event.wait = pause  # type: ignore[method-assign]
+    assert threads.handle(Delivery("q", b"{}", {}, False)) == Outcome.done()
+    assert len(calls) == 3 and pauses == [1.0, 2.0]  # the retry policy's pauses, from the first failure
+    threads.stop_event.set()  # a stop during an outage: the message goes back to its queue
+    calls.clear()
+    assert threads.handle(Delivery("q", b"{}", {}, False)) == Outcome.reject(requeue=True)
+    assert len(calls) == 1
 
 
 def test_handler_threads_reject_what_the_handler_fails_on_and_call_the_idle_hooks() -> None:
