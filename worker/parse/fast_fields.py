@@ -133,7 +133,9 @@ def _read(scan: LxmlScan, tag: etree._Element, name: str, in_svg: bool) -> None:
         href = _attr(tag, "href")
         if href:
             scan.hrefs.append(href)
-            if says_nofollow(_attr(tag, "rel")):
+            # Most links have no rel: one lookup tells, without the calls that read a rel.
+            rel = tag.get("rel")
+            if rel is not None and says_nofollow(rel):
                 scan.nofollow_hrefs.append(href)
         return
     if name == "meta" and (_attr(tag, "name") or "").lower() == "robots":
