@@ -13,6 +13,7 @@ import redis
 from ops.accounting import latest_runs
 from ops.copies import Copies
 from ops.dashboard.connections import Connections
+from ops.dashboard.domains import DOMAINS_LIMIT
 from ops.dashboard.panels import politeness_panel, proxies_panel, render_panel, still_growing
 from ops.dashboard.text import short_error, whole
 from ops.management import HttpGet
@@ -168,7 +169,8 @@ def run_detail(links: Connections, run_id: str, get: HttpGet | None = None) -> d
     pages/s and ETA of ops.run_progress."""
     settings = links.settings
     with links.db() as conn:
-        report = gather(settings, run_id, get, conn=conn, client=links.redis)
+        # The busiest domains for the per-domain table too (domains.py), read once.
+        report = gather(settings, run_id, get, conn=conn, client=links.redis, domains_shown=DOMAINS_LIMIT)
         run = report["run"]
         queued = work_queued(report["queues"])
         lookup = RunLookup(settings, links.redis)
