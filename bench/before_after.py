@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.before_after", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--before", default=BEFORE, help=f"the earlier commit (default {BEFORE})")
+    parser.add_argument(
+        "--after", default=None, help="a later commit, checked out the same way (default: this tree)"
+    )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="crawls of each side per site")
     parser.add_argument("--pages", type=int, default=5000, help="pages of each site (20 hosts)")
     parser.add_argument("--only", default="latency,cpu", help="comma list of the crawls: latency, cpu")
@@ -189,12 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.pages < 20:
         parser.error("--rounds must be at least 1 and --pages at least 20")
     try:
-        sides = {"before": checkout(args.before), "after": TREE}
+        sides = {"before": checkout(args.before), "after": checkout(args.after) if args.after else TREE}
     except subprocess.CalledProcessError as exc:
-        print(f"bench.before_after: cannot check out {args.before!r}: {exc.stderr.strip()}", file=sys.stderr)
+        print(f"bench.before_after: cannot check out {exc.cmd[-1]!r}: {exc.stderr.strip()}", file=sys.stderr)
         return 2
+    after_name = args.after or "this tree"
     log_dir = Path(tempfile.mkdtemp(prefix="bench-before-after-"))
-    print(f"before: {sides['before']}  after: {TREE}  logs in {log_dir}", flush=True)
+    print(f"before: {sides['before']}  after: {sides['after']}  logs in {log_dir}", flush=True)
     per_host = args.pages // 20
     rows: list[tuple[str, str, str, str]] = []
     urls = log_dir / "urls.txt"
@@ -217,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += compared(label, totals["before"], totals["after"], each)
         print(table(rows), flush=True)
     print()
-    print(f"{args.rounds} rounds, sides interleaved; before = {args.before}, after = this tree")
+    print(f"{args.rounds} rounds, sides interleaved; before = {args.before}, after = {after_name}")
     print(table(rows))
     return 0
 

@@ -89,5 +89,5 @@ def test_unknown_queue_kinds_are_refused_in_one_line(settings: Settings) -> None
     assert done.returncode == 2
     assert (
         done.stderr
-        == "worker: error: WORKER_QUEUES: expected some of priority,ttl,bulk, got 'priority,fast'\n"
+        == "worker: error: --queues: expected some of priority,ttl,bulk, got 'priority,fast'\n"
     )

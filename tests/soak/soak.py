@@ -246,7 +246,7 @@ class Soak:
         verdicts = [
             accounting,
             checker.queues(get, self.settings.rabbitmq_management_url),
-            checker.warc(self.direct_env, str(self.warc_dir), load.runs),
+            checker.warc(self.direct_env, str(self.warc_dir)),
             checker.figures(
                 self.settings, self.direct_env, f"http://127.0.0.1:{self.ports.dashboard}", load.runs
             ),
