@@ -18,7 +18,7 @@ FAULTS_SIZE ?= small
 DEEP_URLS ?= 10000000
 RECRAWL_OF ?=
 
-.PHONY: all install replay-install demo crawl dashboard test test-browser test-latest test-renderer renderers unit integration e2e faults soak soak-short bench bench-render bench-politeness lint typecheck up down \
+.PHONY: all install replay-install demo crawl dashboard test test-browser test-latest test-renderer renderers unit integration e2e faults soak soak-short bench bench-dashboard bench-render bench-politeness lint typecheck up down \
 	clean images-offline compose-test pgbouncer-up pgbouncer-down test-pgbouncer bench-pgbouncer \
 	rabbitmq-cluster-up rabbitmq-cluster-down rabbitmq-cluster-status \
 	redis-cluster-up redis-cluster-down faults-redis-cluster faults-rabbitmq-cluster faults-cluster \
@@ -157,6 +157,13 @@ bench: install
 # page, and warcio against FastWARC and our own writer. A few minutes; make bench runs it too.
 bench-warc: install
 	$(PY) -m bench.warc_cost
+
+# What open dashboard pages cost a crawl (docs/OPERATING.md): `make bench`'s first crawl twice
+# with no dashboard and twice with 5 run pages open, in turn; pages/s of each, their ratio, the
+# dashboard's CPU. About 2 minutes; then the run page's latency on a run of a million pages.
+bench-dashboard: install
+	$(PY) -m bench.dashboard_cost --crawl --rounds 2 --clients 5
+	$(PY) -m bench.dashboard_cost --pages 1000000 --dead 100000 --clients 5 --seconds 20
 
 # The pipeline of an earlier commit (BEFORE, checked out under /tmp) beside this tree's, rounds
 # interleaved: pages/s and CPU a page on the latency- and CPU-bound sites (docs/PERFORMANCE.md).

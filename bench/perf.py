@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from bench.dedup_memory import dedup_bytes_per_url
 from bench.measure import Children, proc_cpu_s, services_cpu_s, services_delta
@@ -60,6 +61,18 @@ REAL_PAGES = 5_300  # per side and round; --real-pages for a quick run
 # The machine's speed drifts by a fifth over minutes (other tenants of the host): each
 # comparison runs Scrapy and ours in turn this many times, and the figures are the totals.
 ROUNDS = 2
+
+
+class Beside(Protocol):
+    """Something running beside a crawl (bench.dashboard_cost's open run pages), told when the
+    timed part begins and ends."""
+
+    def begin(self) -> None: ...
+    def end(self) -> None: ...
+
+
+# Started with the crawl's environment and run id, before the crawl and until its services stop.
+BesideCrawl = Callable[[dict[str, str], str], contextlib.AbstractContextManager[Beside]]
 
 
 @dataclass(frozen=True)
@@ -216,19 +229,39 @@ def run_pipeline(
     *,
     site: SiteProcess | None = None,
     extra_env: dict[str, str] | None = None,
+    beside: BesideCrawl | None = None,
 ) -> Result:
     """Start the dead-letter consumer and workers, run the producer, wait until every URL is
     accounted. The workers are laid out as `make crawl WORKERS=N` lays them out
     (ops/crawl_workers.py: one `python -m worker --processes N`), with `concurrency` fetches in
-    flight each, or with None what `make crawl` gives them."""
+    flight each, or with None what `make crawl` gives them. `beside` runs alongside, started
+    before the timed part."""
     name = f"bench{secrets.token_hex(4)}"
     env = pipeline_env(name, concurrency, **(extra_env or {}))
     settings = Settings.from_env(env)
     run_log = log_dir / name
     run_log.mkdir(parents=True)
     children = Children(env, run_log)
+    with contextlib.ExitStack() as alongside:
+        watcher = alongside.enter_context(beside(env, name)) if beside else None
+        return _timed_run(producer_args, workers, name, settings, children, timeout_s, site, watcher)
+
+
+def _timed_run(
+    producer_args: list[str],
+    workers: int,
+    name: str,
+    settings: Settings,
+    children: Children,
+    timeout_s: float,
+    site: SiteProcess | None,
+    watcher: Beside | None,
+) -> Result:
+    run_log = children.log_dir
     before = services_cpu_s()
     site_before = site.cpu_s() if site else 0.0
+    if watcher:
+        watcher.begin()
     started = time.monotonic()
     try:
         children.start("dlq_consumer", "-m", "dlq_consumer")
@@ -250,6 +283,8 @@ def run_pipeline(
                     raise RuntimeError(f"timed out: {accounted} of {expected} accounted; see {run_log}")
                 time.sleep(0.1)
         elapsed = time.monotonic() - started
+        if watcher:
+            watcher.end()
         final = account(settings, name)
     finally:
         children.stop_all()

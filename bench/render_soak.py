@@ -5,10 +5,11 @@ after the stop.
 
 The renders cycle over the script-built pages of bench/script_site.py (content and links built
 by scripts, a popup, a page that navigates away, and every 50th a page that allocates until its
-renderer process crashes). Every `--sample-every` renders it reads the memory of the renderer's
+renderer process crashes). Every `--sample-every` renders (20) it reads the memory of the renderer's
 whole tree: this process, the Playwright driver, and the browser (PSS, so pages the processes
 share count once). It prints the samples, the growth over the second half (the last sample
-against the one at the half, and a least-squares slope in MB per 1,000 renders), and the
+against the one at the half, a least-squares slope in MB per 1,000 renders, and the mean of
+each quarter's samples, the last quarter's over the third's), and the
 Chromium processes left once the engine and its watchdog have stopped, which must be 0.
 """
 
@@ -74,6 +75,19 @@ def slope_mb_per_1000(points: list[tuple[int, float]]) -> float:
     return covariance / variance * 1000
 
 
+def quarter_means(points: list[tuple[int, float]], renders: int) -> list[float]:
+    """The mean of the samples in each quarter of the renders. A single sample catches the
+    browser's sawtooth wherever it is (a context's pages grow until it is replaced, a page
+    allocating towards its cap may be in flight), so a leak is told by the quarters' means:
+    flat if the last quarter's is no higher than the third's."""
+    means = []
+    for quarter in range(4):
+        low, high = quarter * renders / 4, (quarter + 1) * renders / 4
+        inside = [y for x, y in points if low < x <= high]
+        means.append(round(sum(inside) / len(inside), 1) if inside else 0.0)
+    return means
+
+
 def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]:
     canary = Canary()
     site = ScriptSite(canary)
@@ -126,6 +140,7 @@ def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]
     second_half = [point for point in samples if point[0] > renders // 2]
     own_second_half = [point for point in own_samples if point[0] > renders // 2]
     half = min(samples, key=lambda point: abs(point[0] - renders // 2)) if samples else (0, 0.0)
+    quarters = quarter_means(samples, renders)
     return {
         "renders": renders,
         "concurrency": concurrency,
@@ -143,6 +158,8 @@ def soak(renders: int, concurrency: int, sample_every: int) -> dict[str, object]
         "memory_mb_samples": samples,
         "second_half_growth_mb": round(samples[-1][1] - half[1], 1) if samples else 0.0,
         "second_half_slope_mb_per_1000": round(slope_mb_per_1000(second_half), 1),
+        "quarter_means_mb": quarters,
+        "last_quarter_over_third": round(quarters[3] / (quarters[2] or 1.0), 3),
         "renderer_process_mb_samples": own_samples,
         "browser_process_samples": process_samples,
         "renderer_process_second_half_slope_mb_per_1000": round(slope_mb_per_1000(own_second_half), 1),
@@ -154,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.render_soak", description=__doc__.splitlines()[0])
     parser.add_argument("--renders", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--sample-every", type=int, default=100)
+    parser.add_argument("--sample-every", type=int, default=20)
     args = parser.parse_args(argv)
     result = soak(args.renders, args.concurrency, max(1, args.sample_every))
     print(json.dumps(result, indent=1))

@@ -42,13 +42,15 @@ GROUP BY reason ORDER BY reason
 """
 
 
-def recent_activity(conn: psycopg.Connection[Any], run_id: str | None) -> dict[str, Any]:
+def recent_activity(
+    conn: psycopg.Connection[Any], run_id: str | None, domains_shown: int = TOP_DOMAINS
+) -> dict[str, Any]:
     """Over the last RATE_WINDOW_S (of `run_id`, or of every run): pages per second, the
-    busiest domains, pages stored by each worker and dead letters by reason."""
+    `domains_shown` busiest domains, pages stored by each worker and dead letters by reason."""
     window = {"run_id": run_id, "window_s": RATE_WINDOW_S}
     row = conn.execute(PAGES_SINCE, window).fetchone()
     pages = int(row[0]) if row else 0
-    domains = conn.execute(DOMAINS_SINCE, {**window, "limit": TOP_DOMAINS}).fetchall()
+    domains = conn.execute(DOMAINS_SINCE, {**window, "limit": domains_shown}).fetchall()
     workers = conn.execute(WORKERS_SINCE, window).fetchall()
     dead = conn.execute(DEAD_BY_REASON_SINCE, window).fetchall()
     return {

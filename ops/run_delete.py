@@ -34,9 +34,12 @@ DELETE_ROWS = (
     "DELETE FROM dead_letters WHERE run_id = %(run)s",
     "DELETE FROM skips WHERE run_id = %(run)s",
 )
-# Its counters (run_counters: the triggers leave them at zero once the rows are gone), so that
-# the run leaves the runs list too.
-DELETE_COUNTERS = "DELETE FROM run_counters WHERE run_id = %(run)s"
+# Its counters and timeline buckets (run_counters, run_timeline: the triggers leave them at zero
+# once the rows are gone), so that the run leaves the runs list too.
+DELETE_COUNTERS = (
+    "DELETE FROM run_counters WHERE run_id = %(run)s",
+    "DELETE FROM run_timeline WHERE run_id = %(run)s",
+)
 # A discovery run's options kept beside Redis's copy (producer/discovery_store.py): a run started
 # again under the same id would otherwise find the old scope and limits there.
 DELETE_OPTIONS = "DELETE FROM run_discovery WHERE run_id = %(run)s"
@@ -87,7 +90,8 @@ def delete_run(settings: Settings, client: redis.Redis, keys: Keys, run_id: str,
     db.ensure_schema(settings)
     with db.translate(settings), db.connect(settings) as conn:
         rows = sum(conn.execute(statement, {"run": run_id}).rowcount for statement in DELETE_ROWS)
-        conn.execute(DELETE_COUNTERS, {"run": run_id})
+        for statement in DELETE_COUNTERS:
+            conn.execute(statement, {"run": run_id})
         conn.execute(DELETE_OPTIONS, {"run": run_id})
         conn.commit()
     return Deleted(rows, _delete_keys(client, keys, run_id), deleted_held)

@@ -35,7 +35,7 @@ import redis
 from ops import management
 from ops.accounting import account_on
 from ops.accounting import latest_runs as latest_run_totals
-from ops.activity import recent_activity
+from ops.activity import TOP_DOMAINS, recent_activity
 from ops.copies import Copies
 from ops.management import HttpGet
 from ops.run_progress import ProgressReader
@@ -261,10 +261,12 @@ def gather(
     *,
     conn: psycopg.Connection[Any] | None = None,
     client: redis.Redis | None = None,
+    domains_shown: int = TOP_DOMAINS,
 ) -> dict[str, Any]:
     """The whole report as JSON-safe data. Over connections of its own, opened and closed
     here, or over the caller's: a PostgreSQL `conn` in autocommit and a Redis `client`, which
-    are used and left open (the dashboard asks every few seconds)."""
+    are used and left open (the dashboard asks every few seconds). `domains_shown`: how many
+    of the busiest domains the activity lists."""
     queues = management_queues(settings, get or management.getter(settings))
     source = "management"
     if queues is None:
@@ -284,7 +286,7 @@ def gather(
             empty = {"pages": 0, "dead_letters": {}, "replayed": 0, "skips": {}}
             figures = run_figures(settings, pg, run_id) if has_tables else empty
             report["run"] = {"run_id": run_id, **figures}
-        report["activity"] = recent_activity(pg, run_id) if has_tables else None
+        report["activity"] = recent_activity(pg, run_id, domains_shown) if has_tables else None
     add_redis_figures(settings, report, run_id, client)
     if run_id is not None and has_tables:
         with ProgressReader(settings, conn=conn, client=client) as reader:

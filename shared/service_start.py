@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from shared.cli import configure_logging, exit_code_of
+from shared.errors import ConfigError
 from shared.settings import Settings
 
 
@@ -82,15 +83,30 @@ def add_processes_argument(
     )
 
 
+# The command line's word for each setting it can give: an error names what the user typed.
+FLAGS = {
+    "fetch_concurrency": "--concurrency",
+    "render_concurrency": "--concurrency",
+    "worker_processes": "--processes",
+    "renderer_processes": "--processes",
+    "worker_queues": "--queues",
+}
+
+
 def with_command_line(settings: Settings, **given: object) -> Settings:
     """The settings from the environment with the values the command line gave (None: not
-    given), checked again: a bad --processes is one line naming it, as a bad
-    WORKER_PROCESSES is."""
-    values = {name: value for name, value in given.items() if value is not None}
-    if not values:
-        return settings
-    changed = dataclasses.replace(settings, **values)  # type: ignore[arg-type]
-    changed.validate()
+    given), checked again: a bad --processes is one line naming --processes, as a bad
+    WORKER_PROCESSES is one naming WORKER_PROCESSES."""
+    changed = settings
+    for name, value in given.items():
+        if value is None:
+            continue
+        changed = dataclasses.replace(changed, **{name: value})  # type: ignore[arg-type]
+        try:
+            changed.validate()  # the environment's values passed already: a failure is this one's
+        except ConfigError as exc:
+            variable, _, problem = str(exc).partition(": ")
+            raise ConfigError(f"{FLAGS.get(name, variable)}: {problem}") from None
     return changed
 
 

@@ -111,8 +111,8 @@ async def run_domains(request: Request) -> Response:
     run_id = request.path_params["run_id"]
 
     def rows() -> list[dict[str, Any]]:
-        prefix = data.run_detail(views.links, run_id, views.get).get("redis_prefix")
-        return domains.domains(views.links, run_id, prefix)
+        run = data.run_detail(views.links, run_id, views.get)
+        return domains.domains(views.links, run_id, run.get("redis_prefix"), run["activity"])
 
     return await answer(rows)
 

@@ -13,6 +13,7 @@ import redis
 from ops.accounting import latest_runs
 from ops.copies import Copies
 from ops.dashboard.connections import Connections
+from ops.dashboard.domains import DOMAINS_LIMIT
 from ops.dashboard.panels import politeness_panel, proxies_panel, render_panel, still_growing
 from ops.dashboard.text import short_error, whole
 from ops.management import HttpGet
@@ -29,16 +30,31 @@ RUNS_LIMIT = 50
 STALLED_AFTER_S = 300
 # When the run last settled a URL, from the counters the writers keep (no scan of its rows).
 LAST_ACTIVITY = "SELECT max(last_at) FROM run_counters WHERE run_id = %s AND kind IN ('page', 'dead', 'skip')"
+# The timeline from the buckets the writers' triggers keep (run_timeline, shared/postgres/schema.sql):
+# at most one row per 10 s, writer and kind, however many pages the run stores a second.
+TIMELINE_BUCKET_S = 10
+TIMELINE_KEPT_S = 50 * 60  # the buckets the triggers keep
+TIMELINE_KINDS = {"page": "stored", "dead": "dead", "skip": "skipped"}
 TIMELINE = """
-SELECT 'stored', date_bin(make_interval(secs => %(step_s)s), fetched_at, now()) AS t, count(*)
-FROM pages WHERE run_id = %(run_id)s AND fetched_at > now() - make_interval(mins => %(minutes)s) GROUP BY t
+SELECT kind, date_bin(make_interval(secs => %(step_s)s), bucket, timestamptz 'epoch') AS t, sum(n)::bigint
+FROM run_timeline WHERE run_id = %(run_id)s AND bucket >= %(first)s GROUP BY kind, t
+"""
+# Steps the buckets cannot make (not whole buckets, or older than they are kept), from the rows.
+TIMELINE_FROM_ROWS = """
+SELECT 'page', date_bin(make_interval(secs => %(step_s)s), fetched_at, timestamptz 'epoch') AS t, count(*)
+FROM pages WHERE run_id = %(run_id)s AND fetched_at >= %(first)s GROUP BY t
 UNION ALL
-SELECT 'dead', date_bin(make_interval(secs => %(step_s)s), last_failed_at, now()) AS t, count(*)
-FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead'
-  AND last_failed_at > now() - make_interval(mins => %(minutes)s) GROUP BY t
+SELECT 'dead', date_bin(make_interval(secs => %(step_s)s), last_failed_at, timestamptz 'epoch') AS t, count(*)
+FROM dead_letters WHERE run_id = %(run_id)s AND state = 'dead' AND last_failed_at >= %(first)s GROUP BY t
 UNION ALL
-SELECT 'skipped', date_bin(make_interval(secs => %(step_s)s), recorded_at, now()) AS t, count(*)
-FROM skips WHERE run_id = %(run_id)s AND recorded_at > now() - make_interval(mins => %(minutes)s) GROUP BY t
+SELECT 'skip', date_bin(make_interval(secs => %(step_s)s), recorded_at, timestamptz 'epoch') AS t, count(*)
+FROM skips WHERE run_id = %(run_id)s AND recorded_at >= %(first)s GROUP BY t
+"""
+# The step now falls in, and where the first of the steps shown begins.
+TIMELINE_NOW = """
+SELECT date_bin(make_interval(secs => %(step_s)s), now(), timestamptz 'epoch'),
+       date_bin(make_interval(secs => %(step_s)s), now(), timestamptz 'epoch')
+       - make_interval(secs => %(step_s)s * %(steps)s)
 """
 RECENT_DEAD = """
 SELECT last_failed_at, url, reason, http_status, attempts, worker_id, last_error
@@ -153,7 +169,8 @@ def run_detail(links: Connections, run_id: str, get: HttpGet | None = None) -> d
     pages/s and ETA of ops.run_progress."""
     settings = links.settings
     with links.db() as conn:
-        report = gather(settings, run_id, get, conn=conn, client=links.redis)
+        # The busiest domains for the per-domain table too (domains.py), read once.
+        report = gather(settings, run_id, get, conn=conn, client=links.redis, domains_shown=DOMAINS_LIMIT)
         run = report["run"]
         queued = work_queued(report["queues"])
         lookup = RunLookup(settings, links.redis)
@@ -234,20 +251,28 @@ def identity(
     }
 
 
+def from_buckets(minutes: int, step_s: int) -> bool:
+    return step_s % TIMELINE_BUCKET_S == 0 and minutes * 60 + step_s <= TIMELINE_KEPT_S
+
+
 def timeline(links: Connections, run_id: str, minutes: int = 15, step_s: int = 10) -> list[dict[str, Any]]:
     """[{t, stored, dead, skipped}] for every step of the last minutes, oldest first, empty steps
-    included, from commit times (so it survives a restart and agrees between replicas)."""
+    included, from commit times (so it survives a restart and agrees between replicas). Steps
+    are aligned on the clock (every 10 s from the epoch), the last one the step now is in; each
+    counts the outcomes whose commit time falls in it, as count(*) over the rows would."""
     counts: dict[str, dict[str, int]] = {}
-    params = {"run_id": run_id, "minutes": minutes, "step_s": step_s}
-    with links.db() as conn, conn.transaction():
-        row = conn.execute("SELECT now()").fetchone()  # the same now() as date_bin's origin below
-        now = row[0] if row and isinstance(row[0], dt.datetime) else dt.datetime.now(dt.UTC)
-        for kind, moment, n in conn.execute(TIMELINE, params):
-            counts.setdefault(iso(moment) or "", {})[str(kind)] = whole(n)
     steps = minutes * 60 // step_s
+    with links.db() as conn, conn.transaction():
+        row = conn.execute(TIMELINE_NOW, {"step_s": step_s, "steps": steps}).fetchone()
+        assert row is not None
+        last, first = row
+        params = {"run_id": run_id, "step_s": step_s, "first": first}
+        query = TIMELINE if from_buckets(minutes, step_s) else TIMELINE_FROM_ROWS
+        for kind, moment, n in conn.execute(query, params):
+            counts.setdefault(iso(moment) or "", {})[TIMELINE_KINDS[str(kind)]] = whole(n)
     points = []
     for back in range(steps, -1, -1):
-        t = iso(now - dt.timedelta(seconds=back * step_s)) or ""
+        t = iso(last - dt.timedelta(seconds=back * step_s)) or ""
         found = counts.get(t, {})
         points.append({"t": t, **{k: found.get(k, 0) for k in ("stored", "dead", "skipped")}})
     return points

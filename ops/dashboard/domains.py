@@ -17,11 +17,18 @@ DOMAINS_LIMIT = 50
 SLOW_SHARE = 0.5  # a domain stored at under half its allowed rate, with URLs waiting, is amber
 
 
-def domains(links: Connections, run_id: str, prefix: str | None = None) -> list[dict[str, Any]]:
+def domains(
+    links: Connections, run_id: str, prefix: str | None = None, activity: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """`activity`: the run's recent_activity with its DOMAINS_LIMIT busiest domains, when the
+    caller has read it already (data.run_detail does)."""
     settings = links.settings
-    window = {"run_id": run_id, "window_s": RATE_WINDOW_S, "limit": DOMAINS_LIMIT}
-    with links.db() as conn:
-        busiest = [(str(d or ""), whole(n)) for d, n in conn.execute(DOMAINS_SINCE, window)]
+    if activity is not None:
+        busiest = [(str(d["domain"]), whole(d["pages"])) for d in activity["top_domains"]]
+    else:
+        window = {"run_id": run_id, "window_s": RATE_WINDOW_S, "limit": DOMAINS_LIMIT}
+        with links.db() as conn:
+            busiest = [(str(d or ""), whole(n)) for d, n in conn.execute(DOMAINS_SINCE, window)]
     if not busiest:
         return []
     keys = Keys(prefix or settings.redis_prefix)

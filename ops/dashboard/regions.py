@@ -156,7 +156,7 @@ class Views:
             "timeline": data.timeline(self.links, run_id),
             "errors": data.recent_errors(self.links, run_id),
             "why": why_not_moving(run),
-            "domains": domains.domains(self.links, run_id, run.get("redis_prefix")),
+            "domains": domains.domains(self.links, run_id, run.get("redis_prefix"), run["activity"]),
             "queues": run["queues"],
             "workers": run["workers"],
         }

@@ -1,9 +1,14 @@
-"""Fixtures of the renderer's tests: a script-built site, a canary, and a running engine."""
+"""Fixtures of the renderer's tests: a script-built site, a canary, a running engine, and the
+pipeline's services as processes."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -42,3 +47,49 @@ def engine() -> Iterator[RenderEngine]:
     yield started
     started.close()
     watchdog.stop()
+
+
+class RunningServices:
+    """The pipeline's services for one test, each `python -m <module>` with its output in one
+    log; stopped (terminated, then waited for) when the block ends, however it ends."""
+
+    def __init__(self, env: dict[str, str], log: Path, *modules: str) -> None:
+        self.env = env
+        self.log = log
+        self.modules = modules
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._out: IO[str] | None = None
+
+    def __enter__(self) -> RunningServices:
+        self._out = self.log.open("w")
+        for module in self.modules:
+            self.processes[module] = subprocess.Popen(
+                [sys.executable, "-m", module], env=self.env, stdout=self._out, stderr=self._out
+            )
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            process.wait(timeout=30)
+        if self._out is not None:
+            self._out.close()
+
+    def seed(self, run_id: str, sitemap_url: str) -> subprocess.CompletedProcess[str]:
+        """The producer, run to its end over one sitemap: its summary is on stdout."""
+        return subprocess.run(
+            [sys.executable, "-m", "producer", "--run-id", run_id, "--sitemap", sitemap_url],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+
+    def all_alive(self) -> bool:
+        return all(process.poll() is None for process in self.processes.values())
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")

@@ -6,9 +6,8 @@ with them dismissed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from shared.postgres import db
 from shared.redis.keys import Keys
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
+from tests.renderer.conftest import RunningServices
 
 pytestmark = pytest.mark.timeout(240)
 # Long enough for a page to load on a loaded machine: only the page that never loads meets it.
@@ -64,23 +64,15 @@ def test_render_timeout_and_render_refused_end_each_url_in_one_place(
         RENDER_CONCURRENCY="2",
         MAX_ATTEMPTS="2",
     )
-    logs = (tmp_path / "services.log").open("w")
-    services = [
-        subprocess.Popen([sys.executable, "-m", module], env=env, stdout=logs, stderr=logs)
-        for module in ("renderer", "dlq_consumer")
-    ]
-    try:
-        subprocess.run(
-            [sys.executable, "-m", "producer", "--run-id", "outcomes", "--sitemap", site.url("/sitemap.xml")],
-            env=env,
-            capture_output=True,
-            check=True,
-            timeout=60,
-        )
+    with (
+        closing(site),
+        RunningServices(env, tmp_path / "services.log", "renderer", "dlq_consumer") as services,
+    ):
+        services.seed("outcomes", site.url("/sitemap.xml"))
         deadline = time.monotonic() + 150
         while (accounting := account(settings, "outcomes")).accounted < len(PATHS):
-            assert time.monotonic() < deadline, (tmp_path / "services.log").read_text()
-            assert all(s.poll() is None for s in services), (tmp_path / "services.log").read_text()
+            assert time.monotonic() < deadline, services.log_text()
+            assert services.all_alive(), services.log_text()
             time.sleep(0.5)
         time.sleep(1.0)  # a second row for any URL would show now
         assert account(settings, "outcomes").accounted == len(PATHS)  # N of N
@@ -107,10 +99,3 @@ def test_render_timeout_and_render_refused_end_each_url_in_one_place(
         }
         assert renders == {"render_timeout": 2, "render_refused": 2, "ok": 1}
         assert int(stats[RENDER_MS_FIELD]) >= 2 * DEADLINE_S * 1000  # two attempts that took the deadline
-    finally:
-        for process in services:
-            process.terminate()
-        for process in services:
-            process.wait(timeout=30)
-        logs.close()
-        site.close()

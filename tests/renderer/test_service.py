@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from renderer.processes import all_processes, browser_groups, descendants, group
 from shared.postgres import db
 from shared.settings import Settings
 from tests.e2e.conftest import service_env
+from tests.renderer.conftest import RunningServices
 
 pytestmark = pytest.mark.timeout(240)
 STRAY_GRACE_S = 30.0
@@ -43,31 +45,14 @@ def test_a_rendered_run_is_accounted_and_a_killed_renderer_leaves_no_chromium(
         RENDER_CONCURRENCY="3",
         MAX_ATTEMPTS="2",
     )
-    logs = (tmp_path / "renderer.log").open("w")
-    renderer = subprocess.Popen([sys.executable, "-m", "renderer"], env=env, stdout=logs, stderr=logs)
-    dlq = subprocess.Popen([sys.executable, "-m", "dlq_consumer"], env=env, stdout=logs, stderr=logs)
-    try:
-        produced = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "producer",
-                "--run-id",
-                "r1",
-                "--sitemap",
-                script_site.url("/sitemap.xml"),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
+    with RunningServices(env, tmp_path / "renderer.log", "renderer", "dlq_consumer") as services:
+        renderer = services.processes["renderer"]
+        produced = services.seed("r1", script_site.url("/sitemap.xml"))
         assert json.loads(produced.stdout)["enqueued_total"] == 6
         deadline = time.monotonic() + 150
         while (accounting := account(settings, "r1")).accounted < 6:
-            assert time.monotonic() < deadline, (tmp_path / "renderer.log").read_text()
-            assert renderer.poll() is None, (tmp_path / "renderer.log").read_text()
+            assert time.monotonic() < deadline, services.log_text()
+            assert renderer.poll() is None, services.log_text()
             time.sleep(0.5)
         assert accounting.accounted == 6  # N of N
         texts = rows(settings, "SELECT url, body_text FROM pages WHERE run_id = %s", "r1")
@@ -94,12 +79,6 @@ def test_a_rendered_run_is_accounted_and_a_killed_renderer_leaves_no_chromium(
             assert time.monotonic() < deadline, f"Chromium processes left: {left}"
             time.sleep(0.5)
         assert watchdogs and all(read_process(pid) is None for pid in watchdogs)  # its work done
-    finally:
-        for process in (renderer, dlq):
-            if process.poll() is None:
-                process.terminate()
-                process.wait(timeout=30)
-        logs.close()
 
 
 def test_render_auto_sends_only_the_script_shell_on_and_the_run_counts_it(
@@ -108,19 +87,11 @@ def test_render_auto_sends_only_the_script_shell_on_and_the_run_counts_it(
     db.ensure_schema(settings)
     site = ScriptSite(canary, ("/content", "/plain"))
     env = service_env(settings, FETCH_ALLOWLIST=f"{SITE_HOST}/32", RENDER="auto", RENDER_DEADLINE_S="6")
-    logs = (tmp_path / "services.log").open("w")
-    services = [
-        subprocess.Popen([sys.executable, "-m", module], env=env, stdout=logs, stderr=logs)
-        for module in ("worker", "renderer", "dlq_consumer")
-    ]
-    try:
-        subprocess.run(
-            [sys.executable, "-m", "producer", "--run-id", "auto", "--sitemap", site.url("/sitemap.xml")],
-            env=env,
-            capture_output=True,
-            check=True,
-            timeout=60,
-        )
+    with (
+        closing(site),
+        RunningServices(env, tmp_path / "services.log", "worker", "renderer", "dlq_consumer") as services,
+    ):
+        services.seed("auto", site.url("/sitemap.xml"))
         report = subprocess.run(
             [sys.executable, "-m", "ops.run_report", "--run", "auto", "--wait", "90"],
             env=env,
@@ -128,16 +99,9 @@ def test_render_auto_sends_only_the_script_shell_on_and_the_run_counts_it(
             text=True,
             timeout=120,
         )
-        assert report.returncode == 0, report.stdout + report.stderr + (tmp_path / "services.log").read_text()
+        assert report.returncode == 0, report.stdout + report.stderr + services.log_text()
         assert "accounted for          2 of 2: ok" in report.stdout
         assert "sent to render         1   (script shell 1)" in report.stdout
         texts = rows(settings, "SELECT url, body_text FROM pages WHERE run_id = %s", "auto")
         assert "content inserted by a script" in str(texts[site.url("/content")])  # rendered
         assert "no script needed" in str(texts[site.url("/plain")])  # as the worker fetched it
-    finally:
-        for process in services:
-            process.terminate()
-        for process in services:
-            process.wait(timeout=30)
-        logs.close()
-        site.close()

@@ -246,11 +246,11 @@ class Soak:
         verdicts = [
             accounting,
             checker.queues(get, self.settings.rabbitmq_management_url),
-            checker.warc(self.direct_env, str(self.warc_dir), load.runs),
+            checker.warc(self.direct_env, str(self.warc_dir)),
             checker.figures(
                 self.settings, self.direct_env, f"http://127.0.0.1:{self.ports.dashboard}", load.runs
             ),
-            checker.memory(self.samples, mid_s=self.samples[-1][0] / 2, born_by_s=self.samples[-1][0] / 4),
+            checker.memory(self.samples, min_life_s=self.samples[-1][0] / 4),
         ]
         if not drained:
             verdicts[0].problems.insert(

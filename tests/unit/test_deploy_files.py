@@ -51,6 +51,7 @@ SECRETS_NEEDED = {
     "dashboard": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD", "DASHBOARD_TOKEN"},
     "producer": {"RABBITMQ_DEFAULT_PASS"},
     "producer_service": {"RABBITMQ_DEFAULT_PASS"},
+    "frontier": {"RABBITMQ_DEFAULT_PASS"},
     "worker": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "worker-priority": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},
     "dlq_consumer": {"RABBITMQ_DEFAULT_PASS", "POSTGRES_PASSWORD"},

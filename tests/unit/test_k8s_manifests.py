@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
 MANIFEST_PATTERNS = ("*.yaml", "*.yml", "*.yaml.template")
 SERVICE_MODULES = {"worker", "producer", "dlq_consumer"}
-# A workload is named by its module and, for the producer, by whether it serves crawl requests.
-WORKLOADS = {"worker", "producer", "producer --serve", "dlq_consumer"}
+# A workload is named by its module and, for the producer, by what it serves: crawl requests
+# (--serve) or the links of discovery runs (--frontier).
+WORKLOADS = {"worker", "producer", "producer --serve", "producer --frontier", "dlq_consumer"}
 SETTINGS_VARS = {f.name.upper() for f in dataclasses.fields(Settings)}
 WORKLOAD_KINDS = {"Deployment", "Job"}
 
@@ -64,9 +65,13 @@ def module_of(container: dict[str, Any]) -> str:
 
 
 def service_of(container: dict[str, Any]) -> str:
-    """The module, with ` --serve` for the producer service (a Job's producer seeds one crawl)."""
+    """The module, with ` --serve` for the producer service and ` --frontier` for the frontier
+    (a Job's producer seeds one crawl)."""
     module = module_of(container)
-    return f"{module} --serve" if "--serve" in container.get("args", []) else module
+    for role in ("--serve", "--frontier"):
+        if role in container.get("args", []):
+            return f"{module} {role}"
+    return module
 
 
 def workload_running(documents: list[dict[str, Any]], service: str) -> dict[str, Any]:
@@ -135,7 +140,7 @@ def test_containers_run_the_services_of_this_repository(documents: list[dict[str
     for module in SERVICE_MODULES:
         assert (REPO / module / "__main__.py").is_file()
     assert workload_running(documents, "producer")["kind"] == "Job"
-    for service in ("worker", "dlq_consumer", "producer --serve"):
+    for service in ("worker", "dlq_consumer", "producer --serve", "producer --frontier"):
         assert workload_running(documents, service)["kind"] == "Deployment", service
 
 
@@ -251,3 +256,16 @@ def test_the_producer_service_gives_a_stopped_seeding_time_to_settle(documents: 
     assert container["args"] == ["--serve"], "--serve takes no other option"
     assert service["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30
     assert service["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+
+
+def test_the_frontier_finishes_the_page_it_holds_and_has_no_probe_on_metrics_it_lacks(
+    documents: list[dict[str, Any]],
+) -> None:
+    """The frontier serves no metrics (its counts are the run's, in Redis): a probe on a port
+    nobody listens on would restart it for ever."""
+    frontier = workload_running(documents, "producer --frontier")
+    (container,) = frontier["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["--frontier"]
+    assert not {"readinessProbe", "livenessProbe", "startupProbe"} & set(container)
+    assert "ports" not in container
+    assert frontier["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30

@@ -93,5 +93,11 @@ def test_the_command_line_overrides_only_what_it_gives_and_is_checked() -> None:
     assert with_command_line(SETTINGS, fetch_concurrency=None) is SETTINGS
     changed = with_command_line(SETTINGS, fetch_concurrency=3, worker_processes=None)
     assert (changed.fetch_concurrency, changed.worker_processes) == (3, SETTINGS.worker_processes)
-    with pytest.raises(ConfigError, match="WORKER_PROCESSES"):
+    with pytest.raises(ConfigError, match=r"^--processes: must be at least 1, got 0$"):
         with_command_line(SETTINGS, worker_processes=0)
+    with pytest.raises(
+        ConfigError, match=r"^--queues: expected some of priority,ttl,bulk, got 'priority,nope'$"
+    ):
+        with_command_line(SETTINGS, fetch_concurrency=3, worker_queues=("priority", "nope"))
+    with pytest.raises(ConfigError, match=r"^--concurrency: must be at least 1, got 0$"):
+        with_command_line(SETTINGS, render_concurrency=0)
