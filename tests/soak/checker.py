@@ -174,47 +174,34 @@ def processes(exited_on_own: Sequence[str], logs_with_tracebacks: Sequence[str])
     return verdict
 
 
-def second_halves(
-    samples: Sequence[tuple[float, dict[str, tuple[int, int]]]], min_life_s: float
-) -> dict[str, tuple[int, int]]:
-    """{process name: (RSS at the middle of its life, RSS at its last sample)} of each process
-    sampled over at least `min_life_s`."""
-    lives: dict[tuple[str, int], list[tuple[float, int]]] = {}
-    for at, found in samples:
-        for name, (pid, rss) in found.items():
-            lives.setdefault((name, pid), []).append((at, rss))
-    judged: dict[str, tuple[int, int]] = {}
-    for (name, _pid), points in lives.items():
-        born, last_at = points[0][0], points[-1][0]
-        if last_at - born >= min_life_s:
-            middle = (born + last_at) / 2
-            start = next(rss for at, rss in points if at >= middle)
-            if start > 0:
-                judged[name] = (start, points[-1][1])
-    return judged
-
-
-def memory(samples: Sequence[tuple[float, dict[str, tuple[int, int]]]], min_life_s: float) -> Verdict:
-    """`samples`: (seconds into the soak, {process name: (pid, RSS kB)}). Each process (a pid
-    under its name: a restarted one is another) that was sampled over at least `min_life_s` is
-    judged over the second half of its own life, from the first sample at or after its midpoint
-    to its last: the first half is its warm-up (its first seeding, its first rendered page). A
-    nemesis that kills every role in turn leaves few processes alive from start to end; judging
-    each over its own life still checks every one that lived long enough to leak."""
+def memory(
+    samples: Sequence[tuple[float, dict[str, tuple[int, int]]]], mid_s: float, born_by_s: float
+) -> Verdict:
+    """`samples`: (seconds into the soak, {process name: (pid, RSS kB)}). A process is
+    long-lived when the same pid is in a sample taken by `born_by_s` (it has had a quarter of
+    the soak to warm up: its first seeding, its first rendered page) and in the last one; its
+    growth is from the first sample at or after `mid_s` to the last."""
     verdict = Verdict("memory")
-    judged = second_halves(samples, min_life_s)
-    growth = {name: end / start - 1 for name, (start, end) in judged.items()}
+    early = {pid for t, found in samples if t <= born_by_s for pid, _rss in found.values()}
+    after = [s for s in samples if s[0] >= mid_s]
+    if len(after) < 2:
+        verdict.problems.append(f"fewer than 2 RSS samples after {mid_s:.0f} s")
+        return verdict
+    (_t0, first), (_t1, last) = after[0], after[-1]
+    growth: dict[str, float] = {}
+    for name, (pid, rss) in first.items():
+        if name in last and last[name][0] == pid and pid in early and rss > 0:
+            growth[name] = last[name][1] / rss - 1
     verdict.figures = {
         "processes": len(growth),
         "largest_growth_pct": round(100 * max(growth.values(), default=0.0), 1),
-        "rss_mb_end": {name: round(judged[name][1] / 1024) for name in sorted(growth)},
+        "rss_mb_end": {n: round(last[n][1] / 1024) for n in sorted(growth)},
     }
     if not growth:
-        verdict.problems.append(f"no process lived {min_life_s:.0f} s or more, long enough to judge")
+        verdict.problems.append("no process lived through the whole second half")
     for name, grew in sorted(growth.items()):
         if grew >= RSS_GROWTH_LIMIT:
-            start, end = judged[name]
             verdict.problems.append(
-                f"{name}: RSS {start // 1024} MB -> {end // 1024} MB (+{100 * grew:.0f} %)"
+                f"{name}: RSS {first[name][1] // 1024} MB -> {last[name][1] // 1024} MB (+{100 * grew:.0f} %)"
             )
     return verdict

@@ -1,6 +1,6 @@
-"""The soak checker's judgements that need no service (tests/soak/checker.py): memory growth of
-each process over the second half of its own life, and queues left with messages, from figures
-given as a management API would answer them."""
+"""The soak checker's judgements that need no service (tests/soak/checker.py): memory growth over
+the second half of long-lived processes only, and queues left with messages, from figures given
+as a management API would answer them."""
 
 from __future__ import annotations
 
@@ -11,23 +11,16 @@ from tests.soak.checker import memory, processes, queues
 Samples = list[tuple[float, dict[str, tuple[int, int]]]]
 
 
-def test_memory_judges_each_process_over_the_second_half_of_its_own_life() -> None:
+def test_memory_judges_only_processes_that_lived_from_the_first_quarter_to_the_end() -> None:
     samples: Samples = [
-        (0.0, {"worker": (1, 50_000), "frontier": (2, 50_000)}),
-        (25.0, {"worker": (1, 60_000), "frontier": (2, 50_000)}),
-        (50.0, {"worker": (1, 61_000), "frontier.2": (4, 40_000), "late": (3, 30_000)}),
-        (75.0, {"worker": (1, 63_000), "frontier.2": (4, 44_000), "late": (3, 40_000)}),
-        (100.0, {"worker": (1, 66_000), "frontier.2": (4, 43_000)}),
+        (10.0, {"worker": (1, 60_000), "frontier": (2, 50_000)}),
+        (60.0, {"worker": (1, 61_000), "frontier": (2, 50_000), "late": (3, 40_000)}),
+        (100.0, {"worker": (1, 66_000), "frontier": (4, 90_000), "late": (3, 80_000)}),
     ]
-    verdict = memory(samples, min_life_s=40.0)
-    # worker lived 0-100 s, judged 50 -> 100 s (+8.2 %); frontier.2, started again after the
-    # first frontier was killed, lived 50-100 s, judged 75 -> 100 s; the first frontier and
-    # `late` lived 25 s each, too short to judge.
-    assert verdict.figures == {
-        "processes": 2,
-        "largest_growth_pct": 8.2,
-        "rss_mb_end": {"frontier.2": 42, "worker": 64},
-    }
+    verdict = memory(samples, mid_s=50.0, born_by_s=25.0)
+    # frontier was restarted (a new pid), `late` was born after the first quarter: neither counts.
+    assert verdict.figures["processes"] == 1
+    assert verdict.figures["largest_growth_pct"] == 8.2
     assert verdict.ok
 
 
@@ -37,15 +30,15 @@ def test_memory_fails_a_process_that_grew_ten_percent_or_more() -> None:
         (50.0, {"worker": (1, 60_000)}),
         (100.0, {"worker": (1, 66_000)}),
     ]
-    verdict = memory(samples, min_life_s=40.0)
+    verdict = memory(samples, mid_s=50.0, born_by_s=25.0)
     assert not verdict.ok
     assert verdict.problems == ["worker: RSS 58 MB -> 64 MB (+10 %)"]
 
 
 def test_memory_fails_when_no_process_lived_long_enough_to_judge() -> None:
-    samples: Samples = [(0.0, {"a": (1, 1)}), (50.0, {"a": (2, 1)}), (100.0, {"a": (3, 1)})]
-    assert memory(samples, min_life_s=40.0).problems == [
-        "no process lived 40 s or more, long enough to judge"
+    samples: Samples = [(0.0, {"a": (1, 1)}), (50.0, {"a": (2, 1)}), (100.0, {"a": (2, 1)})]
+    assert memory(samples, mid_s=50.0, born_by_s=25.0).problems == [
+        "no process lived through the whole second half"
     ]
 
 
