@@ -294,7 +294,7 @@ def metric_of(expr: str) -> str:
 
 # --- The scenario -------------------------------------------------------------------------------
 
-PIPELINE = ("rabbitmq", "redis", "postgres", "demo_site", "worker", "frontier", "dlq_consumer", "dashboard")
+PIPELINE = ("rabbitmq", "redis", "postgres", "demo_site", "worker", "dlq_consumer", "dashboard")
 
 
 def scenario(stack: Stack, env: dict[str, str]) -> dict[str, float]:
