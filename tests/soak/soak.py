@@ -250,7 +250,7 @@ class Soak:
             checker.figures(
                 self.settings, self.direct_env, f"http://127.0.0.1:{self.ports.dashboard}", load.runs
             ),
-            checker.memory(self.samples, mid_s=self.samples[-1][0] / 2, born_by_s=self.samples[-1][0] / 4),
+            checker.memory(self.samples, soak_s=self.samples[-1][0]),
         ]
         if not drained:
             verdicts[0].problems.insert(

@@ -1,5 +1,5 @@
 """The soak checker's judgements that need no service (tests/soak/checker.py): memory growth over
-the second half of long-lived processes only, and queues left with messages, from figures given
+the second half of each long-lived life only, and queues left with messages, from figures given
 as a management API would answer them."""
 
 from __future__ import annotations
@@ -11,35 +11,50 @@ from tests.soak.checker import memory, processes, queues
 Samples = list[tuple[float, dict[str, tuple[int, int]]]]
 
 
-def test_memory_judges_only_processes_that_lived_from_the_first_quarter_to_the_end() -> None:
+def test_memory_judges_each_long_lived_life_over_its_own_second_half() -> None:
     samples: Samples = [
-        (10.0, {"worker": (1, 60_000), "frontier": (2, 50_000)}),
-        (60.0, {"worker": (1, 61_000), "frontier": (2, 50_000), "late": (3, 40_000)}),
-        (100.0, {"worker": (1, 66_000), "frontier": (4, 90_000), "late": (3, 80_000)}),
+        (0.0, {"worker": (1, 60_000), "frontier": (2, 50_000)}),
+        (50.0, {"worker": (1, 61_000), "frontier": (2, 50_000)}),
+        (100.0, {"worker": (1, 64_000), "frontier": (4, 90_000), "late": (3, 40_000)}),
+        (400.0, {"worker": (1, 64_500), "frontier": (4, 91_000), "late": (3, 80_000)}),
+        (700.0, {"worker": (1, 66_000), "frontier": (4, 95_000), "late": (3, 80_000)}),
     ]
-    verdict = memory(samples, mid_s=50.0, born_by_s=25.0)
-    # frontier was restarted (a new pid), `late` was born after the first quarter: neither counts.
-    assert verdict.figures["processes"] == 1
-    assert verdict.figures["largest_growth_pct"] == 8.2
+    verdict = memory(samples, soak_s=700.0)
+    # Three lives of at least 525 s: the worker's, judged from 400 s (its midpoint is 350 s),
+    # +2.3 %; the frontier's second (pid 4) and `late`, both from 100 s, judged from 400 s:
+    # +4.4 % and +0 %. The frontier's first life (pid 2) and its 80 % jump at restart are not.
+    assert verdict.figures["long_lived_s"] == 525
+    assert verdict.figures["lives_judged"] == 3
+    assert verdict.figures["largest_growth_pct"] == 4.4
     assert verdict.ok
 
 
-def test_memory_fails_a_process_that_grew_ten_percent_or_more() -> None:
+def test_memory_leaves_out_lives_shorter_than_ten_minutes_in_a_long_soak() -> None:
+    samples: Samples = [
+        (0.0, {"worker": (1, 50_000), "frontier": (2, 10_000)}),
+        (300.0, {"worker": (1, 50_000), "frontier": (2, 90_000)}),  # 300 s of warming up: not judged
+        (1_800.0, {"worker": (1, 51_000), "frontier": (3, 10_000)}),
+    ]
+    verdict = memory(samples, soak_s=1_800.0)
+    assert verdict.figures["long_lived_s"] == 600
+    assert list(verdict.figures["rss_mb_end"]) == ["worker (pid 1)"]
+    assert verdict.ok
+
+
+def test_memory_fails_a_life_that_grew_ten_percent_or_more_over_its_second_half() -> None:
     samples: Samples = [
         (0.0, {"worker": (1, 50_000)}),
         (50.0, {"worker": (1, 60_000)}),
         (100.0, {"worker": (1, 66_000)}),
     ]
-    verdict = memory(samples, mid_s=50.0, born_by_s=25.0)
+    verdict = memory(samples, soak_s=100.0)
     assert not verdict.ok
-    assert verdict.problems == ["worker: RSS 58 MB -> 64 MB (+10 %)"]
+    assert verdict.problems == ["worker (pid 1): RSS 58 MB -> 64 MB (+10 %)"]
 
 
 def test_memory_fails_when_no_process_lived_long_enough_to_judge() -> None:
     samples: Samples = [(0.0, {"a": (1, 1)}), (50.0, {"a": (2, 1)}), (100.0, {"a": (2, 1)})]
-    assert memory(samples, mid_s=50.0, born_by_s=25.0).problems == [
-        "no process lived through the whole second half"
-    ]
+    assert memory(samples, soak_s=100.0).problems == ["no process lived 75 s to be judged"]
 
 
 def test_queues_name_every_queue_with_messages_ready_or_unacked() -> None:
