@@ -160,7 +160,8 @@ bench-warc: install
 
 # What open dashboard pages cost a crawl (docs/OPERATING.md): `make bench`'s first crawl twice
 # with no dashboard and twice with 5 run pages open, in turn; pages/s of each, their ratio, the
-# dashboard's CPU. About 2 minutes; then the run page's latency on a run of a million pages.
+# dashboard's CPU (about 2 minutes); then the run page's latency on a run of a million pages
+# (building it takes a few minutes more).
 bench-dashboard: install
 	$(PY) -m bench.dashboard_cost --crawl --rounds 2 --clients 5
 	$(PY) -m bench.dashboard_cost --pages 1000000 --dead 100000 --clients 5 --seconds 20

@@ -93,6 +93,7 @@ def checkout(commit: str) -> Path:
             ["git", "-C", str(TREE), "worktree", "add", "--detach", str(path), sha],
             check=True,
             capture_output=True,
+            text=True,
         )
     return path
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.measure import Children, services_cpu_s, services_delta
+from bench.measure import Children, services_cpu_s, services_delta, services_delta_by_name
 from bench.perf import (
     Result,
     SiteProcess,
@@ -64,6 +64,8 @@ class Crawl:
     redis_bytes: int
     links_seen: int
     frontier_cpu_s: float
+    # CPU seconds by where they went: our processes by role, the site, and each service
+    spent: dict[str, float]
 
 
 def free_port() -> int:
@@ -134,6 +136,14 @@ def run_ours(producer_args: list[str], log_dir: Path, site: SiteProcess, timeout
         after, site_after = services_cpu_s(), site.cpu_s()
         remove_pipeline(settings)
     frontier_cpu_s = sum(c.cpu_s for c in children.finished if c.name == "frontier")
+    spent: dict[str, float] = {}
+    for child in children.finished:  # the pool's parent and its workers are all "worker..."
+        role = child.name.rstrip("0123456789-.")
+        spent[role] = spent.get(role, 0.0) + child.cpu_s
+    spent["site"] = site_after - site_before
+    services_names = {"beam.smp": "RabbitMQ", "redis-server": "Redis", "postgres": "PostgreSQL"}
+    for name, cpu_s in services_delta_by_name(before, after).items():
+        spent[services_names.get(name, name)] = spent.get(services_names.get(name, name), 0.0) + cpu_s
     result = Result(
         pages=final.stored,
         elapsed_s=elapsed,
@@ -141,7 +151,7 @@ def run_ours(producer_args: list[str], log_dir: Path, site: SiteProcess, timeout
         services_cpu_s=services_delta(before, after),
         site_cpu_s=site_after - site_before,
     )
-    return Crawl(result, urls, redis_bytes, links_seen, frontier_cpu_s)
+    return Crawl(result, urls, redis_bytes, links_seen, frontier_cpu_s, spent)
 
 
 def _wait_until_over(settings: Settings, run_id: str, deadline: float, run_log: Path) -> None:
@@ -281,6 +291,14 @@ def cost(table: Table, log_dir: Path, pages: int = COST_PAGES) -> None:
         f"{own[1]:.2f} ms",
         f"{own[0] / own[1]:.2f}x",
     )
+    for where in sorted(set(found.spent) | set(listed.spent)):
+        ms = [1000 * c.spent.get(where, 0.0) / max(c.result.pages, 1) for c in (found, listed)]
+        table.add(
+            f"  of which {where}, CPU a page",
+            f"{ms[0]:.2f} ms",
+            f"{ms[1]:.2f} ms",
+            f"+{ms[0] - ms[1]:.2f} ms",
+        )
     table.add(
         "  wall clock, pages/s (by discovery / from the sitemap)",
         f"{found.result.elapsed_s:.0f} s, {found.result.pages_per_s:.0f}/s",

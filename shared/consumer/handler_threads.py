@@ -127,6 +127,10 @@ class HandlerThreads:
                     self._decide_returned()
                 else:
                     self._work_on(item)
+            except Exception:
+                # Our bug in settling an outcome: the message stays unacked until its channel
+                # closes (and the broker requeues it); the thread goes on with the next.
+                log.exception("%s could not settle a message", self.name)
             finally:
                 with self._handling_lock:
                     self._handling_now -= 1
@@ -174,14 +178,23 @@ class HandlerThreads:
 
     def _decide_returned(self) -> None:
         """Every message back with its report, decided in turn, those that come meanwhile too."""
-        while True:
+        try:
+            while True:
+                with self._returned_lock:
+                    if not self._returned:
+                        self._returned_called = False
+                        return
+                    item = self._returned.popleft()
+                if item.generation == self.current.generation:  # else the broker has requeued it
+                    self._work_on(item)
+        except BaseException:
+            # A bug past the handler (which catches its own): the rest are called for again,
+            # or no later report would wake a thread for them and the worker would stall.
             with self._returned_lock:
-                if not self._returned:
-                    self._returned_called = False
-                    return
-                item = self._returned.popleft()
-            if item.generation == self.current.generation:  # else the broker has requeued it
-                self._work_on(item)
+                self._returned_called = bool(self._returned)
+            if self._returned_called:
+                self.local.put(LocalItem(-1, 0, next(self.seq), -1, 0, _RETURNED))
+            raise
 
     def hold(self, item: LocalItem, outcome: Outcome) -> None:
         assert outcome.hold_s is not None

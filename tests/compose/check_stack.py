@@ -294,7 +294,12 @@ def metric_of(expr: str) -> str:
 
 # --- The scenario -------------------------------------------------------------------------------
 
-PIPELINE = ("rabbitmq", "redis", "postgres", "demo_site", "worker", "dlq_consumer", "dashboard")
+# The long-running services `up` starts; the frontier and the producer service only run (they
+# serve no health check: they wait on their queues).
+PIPELINE = (
+    "rabbitmq", "redis", "postgres", "demo_site", "worker", "dlq_consumer", "dashboard",
+    "frontier", "producer_service",
+)  # fmt: skip
 
 
 def scenario(stack: Stack, env: dict[str, str]) -> dict[str, float]:

@@ -239,6 +239,47 @@ def test_messages_back_with_their_reports_together_are_decided_by_one_thread_wok
         threads.join(5.0)
 
 
+def test_a_failure_settling_one_message_back_leaves_the_others_back_to_be_decided() -> None:
+    # A bug past the handler, here the settling's wake raising once: the thread deciding the
+    # messages back logs it, and the rest of them are still decided and acked.
+    reports = {tag: concurrent.futures.Future[None]() for tag in (1, 2, 3)}
+    raised: list[int] = []
+
+    def handler(delivery: Delivery) -> Outcome:
+        if delivery.memo is None:
+            return Outcome.back_when(reports[int(delivery.body)], int(delivery.body))
+        return Outcome.done()
+
+    threads, channel, current = handler_threads(handler)
+    wake = channel.add_callback_threadsafe
+
+    def raising_once(callback: Callable[[], None]) -> None:
+        if not raised:
+            raised.append(1)
+            raise RuntimeError("a bug in settling")
+        wake(callback)
+
+    channel.add_callback_threadsafe = raising_once  # type: ignore[method-assign]
+    for tag in (1, 2, 3):
+        threads._work_on(item(current, tag, str(tag).encode()))
+    for report in reports.values():
+        report.set_result(None)
+    threads.start()
+    try:
+
+        def settled() -> bool:
+            threads.settling.settle_waiting()
+            return sorted(channel.acked) == [1, 2, 3]
+
+        wait_for(settled)
+        assert raised == [1]
+    finally:
+        threads.stop_event.set()
+        current.forget()
+        threads.wake()
+        threads.join(5.0)
+
+
 def test_the_handler_is_called_again_after_a_pause_while_a_service_is_away() -> None:
     calls: list[float] = []
     pauses: list[float] = []
