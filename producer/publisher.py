@@ -20,7 +20,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pika
@@ -28,7 +28,13 @@ import pika.exceptions
 import pika.spec
 
 from producer.publish_frames import PublishFrames
-from shared.amqp.broker import NodeOrder, Publication, connection_parameters, unavailable
+from shared.amqp.broker import (
+    LOST_BEFORE_HANDSHAKE,
+    NodeOrder,
+    Publication,
+    connection_parameters,
+    unavailable,
+)
 from shared.amqp.pika_compat import BatchWritingConnection
 from shared.settings import Settings
 
@@ -154,10 +160,17 @@ class _Link:
     """One SelectConnection, its confirm-mode channel and its I/O thread."""
 
     def __init__(
-        self, settings: Settings, name: str, node_order: NodeOrder, private_api: bool = True
+        self,
+        settings: Settings,
+        name: str,
+        node_order: NodeOrder,
+        private_api: bool = True,
+        open_connection: Callable[..., Any] = BatchWritingConnection,
     ) -> None:
+        """`open_connection`: builds the SelectConnection (the seam tests use)."""
         self._settings = settings
         self._private_api = private_api
+        self._open_connection = open_connection
         # Every node AMQP_URL names, shuffled: the first that answers carries the link.
         self._candidates = connection_parameters(settings, name, node_order)
         self._connection: Any = None
@@ -221,7 +234,7 @@ class _Link:
     def _run_one(self, params: pika.URLParameters) -> bool:
         """Connect to one node and run the I/O loop until the connection ends; True if it opened."""
         try:
-            self._connection = BatchWritingConnection(
+            self._connection = self._open_connection(
                 params,
                 private_api=self._private_api,
                 on_open_callback=self._on_connection_open,
@@ -233,6 +246,13 @@ class _Link:
             return False
         try:
             self._connection.ioloop.start()
+        except ValueError as exc:
+            # pika's check of a TCP connection just made (shared/amqp/broker.py's
+            # LOST_BEFORE_HANDSHAKE), here inside the loop: a reset before the handshake is a
+            # node that did not answer, not a dead I/O thread and a traceback.
+            if LOST_BEFORE_HANDSHAKE not in str(exc):
+                raise
+            self._open_error = exc
         finally:
             self.usable = False
             self._fail_all_pending()
