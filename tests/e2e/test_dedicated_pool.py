@@ -87,7 +87,4 @@ def test_unknown_queue_kinds_are_refused_in_one_line(settings: Settings) -> None
         timeout=60,
     )
     assert done.returncode == 2
-    assert (
-        done.stderr
-        == "worker: error: --queues: expected some of priority,ttl,bulk, got 'priority,fast'\n"
-    )
+    assert done.stderr == "worker: error: --queues: expected some of priority,ttl,bulk, got 'priority,fast'\n"
