@@ -143,7 +143,8 @@ def run_ours(producer_args: list[str], log_dir: Path, site: SiteProcess, timeout
     spent["site"] = site_after - site_before
     services_names = {"beam.smp": "RabbitMQ", "redis-server": "Redis", "postgres": "PostgreSQL"}
     for name, cpu_s in services_delta_by_name(before, after).items():
-        spent[services_names.get(name, name)] = spent.get(services_names.get(name, name), 0.0) + cpu_s
+        service = services_names.get(name, name)
+        spent[service] = spent.get(service, 0.0) + cpu_s
     result = Result(
         pages=final.stored,
         elapsed_s=elapsed,

@@ -121,6 +121,23 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def acked_once_settled(threads: HandlerThreads, channel: FakeChannel, tags: list[int]) -> None:
+    """Wait until settling the outcomes handed back has acked exactly `tags`."""
+
+    def settled() -> bool:
+        threads.settling.settle_waiting()
+        return sorted(channel.acked) == tags
+
+    wait_for(settled)
+
+
+def stop(threads: HandlerThreads, current: CurrentConnection) -> None:
+    threads.stop_event.set()
+    current.forget()
+    threads.wake()
+    threads.join(5.0)
+
+
 def test_handler_threads_hand_each_outcome_to_the_settling_and_hold_what_asks_to_wait() -> None:
     seen: list[Any] = []
 
@@ -223,20 +240,12 @@ def test_messages_back_with_their_reports_together_are_decided_by_one_thread_wok
     assert threads.local.qsize() == 1  # one item, one wake, for the four
     threads.start()
     try:
-
-        def settled() -> bool:
-            threads.settling.settle_waiting()
-            return sorted(channel.acked) == [1, 2, 3]
-
-        wait_for(settled)
+        acked_once_settled(threads, channel, [1, 2, 3])
         assert [tag for tag, _name in deciders] == [1, 2, 3]  # in the order they came back
         assert len({name for _tag, name in deciders}) == 1  # one thread decided them
         assert threads.local.qsize() == 0
     finally:
-        threads.stop_event.set()
-        current.forget()
-        threads.wake()
-        threads.join(5.0)
+        stop(threads, current)
 
 
 def test_a_failure_settling_one_message_back_leaves_the_others_back_to_be_decided() -> None:
@@ -266,18 +275,10 @@ def test_a_failure_settling_one_message_back_leaves_the_others_back_to_be_decide
         report.set_result(None)
     threads.start()
     try:
-
-        def settled() -> bool:
-            threads.settling.settle_waiting()
-            return sorted(channel.acked) == [1, 2, 3]
-
-        wait_for(settled)
+        acked_once_settled(threads, channel, [1, 2, 3])
         assert raised == [1]
     finally:
-        threads.stop_event.set()
-        current.forget()
-        threads.wake()
-        threads.join(5.0)
+        stop(threads, current)
 
 
 def test_the_handler_is_called_again_after_a_pause_while_a_service_is_away() -> None:
