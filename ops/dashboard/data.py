@@ -31,13 +31,18 @@ STALLED_AFTER_S = 300
 # When the run last settled a URL, from the counters the writers keep (no scan of its rows).
 LAST_ACTIVITY = "SELECT max(last_at) FROM run_counters WHERE run_id = %s AND kind IN ('page', 'dead', 'skip')"
 # The timeline from the buckets the writers' triggers keep (run_timeline, shared/postgres/schema.sql):
-# at most one row per 10 s, writer and kind, however many pages the run stores a second.
+# at most one row per 10 s, writer and kind, however many pages the run stores a second, and
+# each writer's latest 10 s, which its counter row holds until a later one takes its place.
 TIMELINE_BUCKET_S = 10
 TIMELINE_KEPT_S = 50 * 60  # the buckets the triggers keep
 TIMELINE_KINDS = {"page": "stored", "dead": "dead", "skip": "skipped"}
 TIMELINE = """
 SELECT kind, date_bin(make_interval(secs => %(step_s)s), bucket, timestamptz 'epoch') AS t, sum(n)::bigint
-FROM run_timeline WHERE run_id = %(run_id)s AND bucket >= %(first)s GROUP BY kind, t
+FROM (SELECT kind, bucket, n FROM run_timeline WHERE run_id = %(run_id)s AND bucket >= %(first)s
+      UNION ALL
+      SELECT kind, open_bucket, open_n FROM run_counters
+      WHERE run_id = %(run_id)s AND open_bucket >= %(first)s) AS buckets
+GROUP BY kind, t
 """
 # Steps the buckets cannot make (not whole buckets, or older than they are kept), from the rows.
 TIMELINE_FROM_ROWS = """

@@ -144,6 +144,12 @@ CREATE TABLE IF NOT EXISTS run_counters (
 -- rather than after 20% of a table this small, or reading the counters slows with the crawl.
 ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
         autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 1000);
+-- The writer's latest 10 s of the run's timeline for this kind and reason, and what the last
+-- upsert handed on to run_timeline (run_count below).
+ALTER TABLE run_counters ADD COLUMN IF NOT EXISTS open_bucket timestamptz;
+ALTER TABLE run_counters ADD COLUMN IF NOT EXISTS open_n bigint NOT NULL DEFAULT 0;
+ALTER TABLE run_counters ADD COLUMN IF NOT EXISTS spilled_bucket timestamptz;
+ALTER TABLE run_counters ADD COLUMN IF NOT EXISTS spilled_n bigint;
 
 -- A run's outcomes per 10 s of commit time (the dashboard's timeline), kept by the same
 -- triggers as run_counters and in the same transaction, so that drawing the last 15 minutes
@@ -153,7 +159,9 @@ CREATE TABLE IF NOT EXISTS run_counters (
 -- never grows with a run's length and nothing has to delete old buckets. Rows older than
 -- TIMELINE_KEPT are not counted: their slot may already hold a later bucket. Kinds as in
 -- run_counters: page (stored, by fetched_at), dead (state 'dead', by last_failed_at), skip (by
--- recorded_at). A bucket's figure is the sum over its writers.
+-- recorded_at). A bucket's figure is the sum over its writers, here and in the open buckets of
+-- run_counters: each writer's latest 10 s is counted there, and reaches this table only when a
+-- later one takes its place (run_count).
 CREATE TABLE IF NOT EXISTS run_timeline (
     run_id text        NOT NULL,
     kind   text        NOT NULL,
@@ -186,21 +194,51 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION run_counters_add(
+-- A counted row's change to its run's counters, and to the timeline at `p_moved_at` by `p_moved`
+-- (NULL when the timeline does not move: a kind without one, a change that keeps the row's
+-- commit time). One upsert a counted row: the counter row keeps its writer's latest 10 s of the
+-- timeline (open_bucket, open_n), which the timeline reads beside run_timeline, and only what
+-- that bucket gives way to (once per 10 s), or a change to an earlier bucket, goes on to
+-- run_timeline. Two upserts a stored page, counters and timeline, cost PostgreSQL about 100 us
+-- of CPU a page here (one-row commits), against 40 us for the page's own insert; this one 73 us.
+-- spilled_bucket and spilled_n say what the last upsert handed on (NULL when nothing): RETURNING
+-- gives only the row's new values, so the bucket given way to is kept in the row to be read back.
+CREATE OR REPLACE FUNCTION run_count(
     p_run text, p_kind text, p_reason text, p_n bigint, p_from_cache bigint, p_after_retry bigint,
-    p_retries bigint, p_rewritten bigint, p_at timestamptz
+    p_retries bigint, p_rewritten bigint, p_at timestamptz, p_moved_at timestamptz, p_moved bigint
 ) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    b timestamptz;
+    spilled_bucket timestamptz;
+    spilled_n bigint;
 BEGIN
+    IF p_moved_at > now() - interval '50 minutes' AND p_moved <> 0 THEN  -- TIMELINE_KEPT
+        b := date_bin('10 seconds', p_moved_at, timestamptz 'epoch');
+    END IF;
     INSERT INTO run_counters AS c (run_id, kind, reason, writer, n, from_cache, after_retry,
-                                   retries, rewritten, first_at, last_at)
+                                   retries, rewritten, first_at, last_at, open_bucket, open_n)
     VALUES (p_run, p_kind, p_reason, pg_backend_pid(), p_n, p_from_cache, p_after_retry,
-            p_retries, p_rewritten, p_at, p_at)
+            p_retries, p_rewritten, p_at, p_at, b, CASE WHEN b IS NULL THEN 0 ELSE p_moved END)
     ON CONFLICT (run_id, kind, reason, writer) DO UPDATE SET
         n = c.n + EXCLUDED.n, from_cache = c.from_cache + EXCLUDED.from_cache,
         after_retry = c.after_retry + EXCLUDED.after_retry, retries = c.retries + EXCLUDED.retries,
         rewritten = c.rewritten + EXCLUDED.rewritten,
         first_at = LEAST(c.first_at, EXCLUDED.first_at),
-        last_at = GREATEST(c.last_at, EXCLUDED.last_at);
+        last_at = GREATEST(c.last_at, EXCLUDED.last_at),
+        -- The same bucket adds up; a later one takes the row's place and hands the row's on; an
+        -- earlier one is handed on itself. GREATEST skips NULLs: a row without a bucket yet.
+        open_bucket = GREATEST(c.open_bucket, EXCLUDED.open_bucket),
+        open_n = CASE WHEN EXCLUDED.open_bucket IS NULL OR EXCLUDED.open_bucket < c.open_bucket THEN c.open_n
+                      WHEN EXCLUDED.open_bucket = c.open_bucket THEN c.open_n + EXCLUDED.open_n
+                      ELSE EXCLUDED.open_n END,
+        spilled_bucket = CASE WHEN EXCLUDED.open_bucket < c.open_bucket THEN EXCLUDED.open_bucket
+                              WHEN EXCLUDED.open_bucket > c.open_bucket THEN c.open_bucket END,
+        spilled_n = CASE WHEN EXCLUDED.open_bucket < c.open_bucket THEN EXCLUDED.open_n
+                         WHEN EXCLUDED.open_bucket > c.open_bucket THEN c.open_n END
+    RETURNING c.spilled_bucket, c.spilled_n INTO spilled_bucket, spilled_n;
+    IF spilled_n <> 0 THEN
+        PERFORM run_timeline_add(p_run, p_kind, spilled_bucket, spilled_n);
+    END IF;
 END
 $$;
 
@@ -211,28 +249,23 @@ BEGIN
         -- A redelivery's rewrite moves the page to the 10 s it was written again in.
         IF OLD.fetched_at IS DISTINCT FROM NEW.fetched_at THEN
             PERFORM run_timeline_add(OLD.run_id, 'page', OLD.fetched_at, -1);
-            PERFORM run_timeline_add(NEW.run_id, 'page', NEW.fetched_at, 1);
         END IF;
-        IF OLD.from_cache IS DISTINCT FROM NEW.from_cache
-           OR OLD.failed_attempts IS DISTINCT FROM NEW.failed_attempts
-           OR (OLD.writes > 1) IS DISTINCT FROM (NEW.writes > 1) THEN
-            PERFORM run_counters_add(NEW.run_id, 'page', '', 0,
-                NEW.from_cache::int - OLD.from_cache::int,
-                (NEW.failed_attempts > 0)::int - (OLD.failed_attempts > 0)::int,
-                NEW.failed_attempts::bigint - OLD.failed_attempts,
-                (NEW.writes > 1)::int - (OLD.writes > 1)::int, NEW.fetched_at);
-        END IF;
+        PERFORM run_count(NEW.run_id, 'page', '', 0,
+            NEW.from_cache::int - OLD.from_cache::int,
+            (NEW.failed_attempts > 0)::int - (OLD.failed_attempts > 0)::int,
+            NEW.failed_attempts::bigint - OLD.failed_attempts,
+            (NEW.writes > 1)::int - (OLD.writes > 1)::int, NEW.fetched_at,
+            CASE WHEN OLD.fetched_at IS DISTINCT FROM NEW.fetched_at THEN NEW.fetched_at END, 1);
         RETURN NULL;
     END IF;
     IF TG_OP = 'UPDATE' THEN
-        PERFORM run_counters_add(OLD.run_id, 'page', '', -1, -(OLD.from_cache::int),
+        PERFORM run_count(OLD.run_id, 'page', '', -1, -(OLD.from_cache::int),
             -((OLD.failed_attempts > 0)::int), -(OLD.failed_attempts::bigint),
-            -((OLD.writes > 1)::int), NULL);
-        PERFORM run_timeline_add(OLD.run_id, 'page', OLD.fetched_at, -1);
+            -((OLD.writes > 1)::int), NULL, OLD.fetched_at, -1);
     END IF;
-    PERFORM run_counters_add(NEW.run_id, 'page', '', 1, NEW.from_cache::int,
-        (NEW.failed_attempts > 0)::int, NEW.failed_attempts, (NEW.writes > 1)::int, NEW.fetched_at);
-    PERFORM run_timeline_add(NEW.run_id, 'page', NEW.fetched_at, 1);
+    PERFORM run_count(NEW.run_id, 'page', '', 1, NEW.from_cache::int,
+        (NEW.failed_attempts > 0)::int, NEW.failed_attempts, (NEW.writes > 1)::int, NEW.fetched_at,
+        NEW.fetched_at, 1);
     RETURN NULL;
 END
 $$;
@@ -268,19 +301,14 @@ CREATE OR REPLACE FUNCTION run_counters_dead_letter() RETURNS trigger LANGUAGE p
 SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP = 'UPDATE' AND OLD.state IN ('dead', 'replayed') THEN
-        PERFORM run_counters_add(OLD.run_id, OLD.state, OLD.reason, -1, 0, 0,
-            CASE WHEN OLD.state = 'dead' THEN -GREATEST(OLD.attempts - 1, 0) ELSE 0 END, 0, NULL);
-    END IF;
-    IF TG_OP = 'UPDATE' AND OLD.state = 'dead' THEN
-        PERFORM run_timeline_add(OLD.run_id, 'dead', OLD.last_failed_at, -1);
+        PERFORM run_count(OLD.run_id, OLD.state, OLD.reason, -1, 0, 0,
+            CASE WHEN OLD.state = 'dead' THEN -GREATEST(OLD.attempts - 1, 0) ELSE 0 END, 0, NULL,
+            CASE WHEN OLD.state = 'dead' THEN OLD.last_failed_at END, -1);
     END IF;
     IF NEW.state IN ('dead', 'replayed') THEN
-        PERFORM run_counters_add(NEW.run_id, NEW.state, NEW.reason, 1, 0, 0,
+        PERFORM run_count(NEW.run_id, NEW.state, NEW.reason, 1, 0, 0,
             CASE WHEN NEW.state = 'dead' THEN GREATEST(NEW.attempts - 1, 0) ELSE 0 END, 0,
-            NEW.last_failed_at);
-    END IF;
-    IF NEW.state = 'dead' THEN
-        PERFORM run_timeline_add(NEW.run_id, 'dead', NEW.last_failed_at, 1);
+            NEW.last_failed_at, CASE WHEN NEW.state = 'dead' THEN NEW.last_failed_at END, 1);
     END IF;
     RETURN NULL;
 END
@@ -312,16 +340,18 @@ CREATE OR REPLACE FUNCTION run_counters_skip() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP <> 'INSERT' THEN
-        PERFORM run_counters_add(OLD.run_id, 'skip', OLD.reason, -1, 0, 0, 0, 0, NULL);
-        PERFORM run_timeline_add(OLD.run_id, 'skip', OLD.recorded_at, -1);
+        PERFORM run_count(OLD.run_id, 'skip', OLD.reason, -1, 0, 0, 0, 0, NULL, OLD.recorded_at, -1);
     END IF;
     IF TG_OP <> 'DELETE' THEN
-        PERFORM run_counters_add(NEW.run_id, 'skip', NEW.reason, 1, 0, 0, 0, 0, NEW.recorded_at);
-        PERFORM run_timeline_add(NEW.run_id, 'skip', NEW.recorded_at, 1);
+        PERFORM run_count(NEW.run_id, 'skip', NEW.reason, 1, 0, 0, 0, 0, NEW.recorded_at,
+            NEW.recorded_at, 1);
     END IF;
     RETURN NULL;
 END
 $$;
+
+-- The helper the counters used before their rows kept an open bucket.
+DROP FUNCTION IF EXISTS run_counters_add(text, text, text, bigint, bigint, bigint, bigint, bigint, timestamptz);
 
 CREATE OR REPLACE FUNCTION run_counters_truncated() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
@@ -427,6 +457,7 @@ BEGIN
         WHEN (OLD.run_id IS DISTINCT FROM NEW.run_id OR OLD.reason IS DISTINCT FROM NEW.reason
               OR OLD.recorded_at IS DISTINCT FROM NEW.recorded_at)
         EXECUTE FUNCTION run_counters_skip();
+    UPDATE run_counters SET open_bucket = NULL, open_n = 0 WHERE open_bucket IS NOT NULL;
     DELETE FROM run_timeline;
     INSERT INTO run_timeline (run_id, kind, writer, slot, bucket, n)
     SELECT run_id, kind, 0, (extract(epoch FROM b)::bigint / 10 % 360)::int, b, count(*)

@@ -83,6 +83,29 @@ def test_buckets_follow_every_writer(settings: Settings) -> None:
         assert buckets == rows and {k for k, _, _ in rows} == {"dead", "skip"}
 
 
+def test_a_writers_open_bucket_hands_on_to_the_timeline(settings: Settings) -> None:
+    """A writer's latest 10 s stays on its counter row; a later bucket takes its place and hands
+    it on to run_timeline, an earlier one goes there itself; the timeline reads both."""
+    db.ensure_schema(settings)
+    # One transaction: one now() for every row, however near the next 10 s it is.
+    with db.connect(settings, autocommit=True) as conn, conn.transaction():
+        for n in range(4):
+            conn.execute(STORE_PAGE, page(f"https://a.test/p{n}"))
+        handed = "SELECT sum(n)::int FROM run_timeline WHERE run_id = %s AND kind = 'page'"
+        assert conn.execute(handed, (RUN,)).fetchone() == (None,)
+        opened = "SELECT open_n FROM run_counters WHERE run_id = %s AND kind = 'page'"
+        assert conn.execute(opened, (RUN,)).fetchall() == [(4,)]
+        # Moved 30 s on: its bucket is later than the open one, which is handed on with its 3.
+        conn.execute("UPDATE pages SET fetched_at = now() + interval '30 s' WHERE url LIKE '%%p0'")
+        assert conn.execute(handed, (RUN,)).fetchone() == (3,)
+        assert conn.execute(opened, (RUN,)).fetchall() == [(1,)]
+        # Stored now, earlier than the open bucket: counted in run_timeline straight away.
+        conn.execute(STORE_PAGE, page("https://a.test/p9"))
+        assert conn.execute(handed, (RUN,)).fetchone() == (4,)
+        buckets, rows = both_ways(conn)
+        assert buckets == rows and sum(n for _, _, n in rows) == 5
+
+
 def test_a_slot_written_an_hour_later_starts_over(settings: Settings) -> None:
     db.ensure_schema(settings)
     with db.connect(settings, autocommit=True) as conn:
