@@ -13,6 +13,11 @@ one's heartbeat has lapsed, and links it had confirmed are duplicates then. Its 
 returns only once the pipeline has settled everything, so the page's message is acked only once
 its links are on their way; a crash before that gives the message to the next frontier whole.
 
+A link whose fate cannot change for the rest of the run (seen already, out of scope, invalid) is
+remembered as it came, in SettledLinks: a site links most of its pages from many others (50
+links a page on the bench's site, each page linked from about 50), and the second and later
+times a link comes it costs one dict lookup, not canonicalising, a fingerprint and a Redis read.
+
 Budgets: `max_pages` bounds the run's enqueued URLs (sitemap and start URLs included), read
 from the stats hash before each page; `max_pages_per_host` the URLs enqueued per host, kept in
 Keys.run_discovered_hosts. A host's count is added once its links are confirmed, so a frontier
@@ -83,6 +88,47 @@ class FrontierState(Protocol):
     def add(self, run_id: str, cut: dict[str, int], hosts: dict[str, int]) -> None: ...
 
 
+# Links remembered (SettledLinks), in two generations of half this each: about 200 bytes a link,
+# so at most ~40 MB, and a run's last 100,000 distinct links always among them.
+SETTLED_LINKS_KEPT = 200_000
+
+
+class SettledLinks:
+    """Links whose reason to be cut is settled for the rest of their run, as they came in a page
+    (before canonicalising): `duplicate` for a URL seen (confirmed or handled: a mark is never
+    taken back within a run), `out_of_scope` and `invalid` (a run's scope does not change).
+    Not a link merely claimed, nor one over a budget: those may yet go either way.
+
+    Bounded by two generations: a link is looked up in the recent one, then in the older (and
+    moved to the recent one when found there); when the recent one is full, it becomes the older
+    and the older is dropped. A link dropped costs its canonicalising and Redis read again."""
+
+    def __init__(self, kept: int = SETTLED_LINKS_KEPT) -> None:
+        self._generation = max(kept // 2, 1)
+        self._recent: dict[tuple[str, str], str] = {}
+        self._older: dict[tuple[str, str], str] = {}
+
+    def reason(self, run_id: str, link: str) -> str | None:
+        key = (run_id, link)
+        reason = self._recent.get(key)
+        if reason is None:
+            reason = self._older.get(key)
+            if reason is not None:
+                self._remember(key, reason)
+        return reason
+
+    def settle(self, run_id: str, link: str, reason: str) -> None:
+        self._remember((run_id, link), reason)
+
+    def __len__(self) -> int:
+        return len(self._recent) + len(self._older)
+
+    def _remember(self, key: tuple[str, str], reason: str) -> None:
+        self._recent[key] = reason
+        if len(self._recent) >= self._generation:
+            self._older, self._recent = self._recent, {}
+
+
 # Publishes `entries` at `depth` for `run_id` through the producer's pipeline and returns its
 # counts once everything is settled.
 Enqueue = Callable[[str, int, list[SitemapEntry]], Counts]
@@ -97,10 +143,11 @@ class LinksOutcome:
 
 
 class Frontier:
-    def __init__(self, state: FrontierState, enqueue: Enqueue) -> None:
+    def __init__(self, state: FrontierState, enqueue: Enqueue, settled: SettledLinks | None = None) -> None:
         self._state = state
         self._enqueue = enqueue
         self._scopes: dict[str, Scope] = {}
+        self._settled = SettledLinks() if settled is None else settled
 
     def take(self, page: PageLinks) -> LinksOutcome:
         outcome = LinksOutcome()
@@ -119,11 +166,17 @@ class Frontier:
         return outcome
 
     def _follow(self, page: PageLinks, options: DiscoveryOptions, outcome: LinksOutcome) -> None:
-        urls = self._in_scope(page, self._scope(page.run_id, options), outcome)
+        candidates = self._in_scope(page, self._scope(page.run_id, options), outcome)
+        urls = list(candidates)
         # One read first: a page linking to itself or to pages already seen costs this lookup,
         # no claim and no publish, and what is seen does not use up a budget.
         seen = self._state.seen(page.run_id, [fingerprint(url) for url in urls]) if urls else []
-        fresh = [url for url, was_seen in zip(urls, seen, strict=True) if not was_seen]
+        fresh = []
+        for url, was_seen in zip(urls, seen, strict=True):
+            if was_seen:
+                self._settled.settle(page.run_id, candidates[url], "duplicate")
+            else:
+                fresh.append(url)
         outcome.cut["duplicate"] += len(urls) - len(fresh)
         for host, host_urls in self._within_budgets(page.run_id, options, fresh, outcome).items():
             entries = [SitemapEntry(url=url, source=page.page) for url in host_urls]
@@ -134,23 +187,31 @@ class Frontier:
             if options.max_pages_per_host != UNLIMITED and enqueued:
                 self._state.add(page.run_id, {}, {host: enqueued})
 
-    @staticmethod
-    def _in_scope(page: PageLinks, scope: Scope, outcome: LinksOutcome) -> list[str]:
-        """The page's links in canonical form, in scope, each once, in first-seen order."""
-        candidates: dict[str, None] = {}  # a page repeats its links
+    def _in_scope(self, page: PageLinks, scope: Scope, outcome: LinksOutcome) -> dict[str, str]:
+        """The page's links in canonical form, in scope, each once, in first-seen order, each
+        with the link it came as; links already settled are counted, and others settled here."""
+        candidates: dict[str, str] = {}  # a page repeats its links
+        settled = self._settled
+        run_id = page.run_id
         for link in page.links:
+            reason = settled.reason(run_id, link)
+            if reason is not None:
+                outcome.cut[reason] += 1
+                continue
             try:
                 canonical = without_session_ids(canonicalize(link))
             except InvalidURL:
                 outcome.cut["invalid"] += 1
+                settled.settle(run_id, link, "invalid")
                 continue
             if not scope.admits(canonical):
                 outcome.cut["out_of_scope"] += 1
+                settled.settle(run_id, link, "out_of_scope")
             elif canonical in candidates:
                 outcome.cut["duplicate"] += 1
             else:
-                candidates[canonical] = None
-        return list(candidates)
+                candidates[canonical] = link
+        return candidates
 
     def _within_budgets(
         self, run_id: str, options: DiscoveryOptions, fresh: list[str], outcome: LinksOutcome

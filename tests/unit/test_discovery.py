@@ -10,7 +10,7 @@ import pytest
 
 from producer.discovery_args import DiscoveryArgs
 from producer.discovery_scope import DiscoveryOptions, Scope
-from producer.frontier import LINKS_SEEN, Frontier, reason_counter
+from producer.frontier import LINKS_SEEN, Frontier, SettledLinks, reason_counter
 from producer.pipeline_types import Counts
 from producer.serve import options_for
 from producer.sitemaps import SitemapEntry
@@ -222,6 +222,37 @@ def test_a_page_of_links_already_seen_costs_lookups_not_publishes() -> None:
     assert state.lookups == 1000
     assert state.cut == {reason_counter("duplicate"): 1000}
     assert state.links_seen == 1000
+
+
+def test_links_settled_once_cost_no_lookup_the_next_time() -> None:
+    """Seen, out of scope or invalid: the next page with the same links counts them the same
+    without canonicalising or reading Redis; a link only enqueued is read once more."""
+    state = FakeState(options(), seen=[f"{SITE}/old1", f"{SITE}/old2"])
+    front, enqueue = frontier(state)
+    page = links(1, f"{SITE}/old1", f"{SITE}/old2", "http://other.test/", "http://[bad/", f"{SITE}/new")
+    front.take(page)
+    assert (state.lookups, enqueue.published) == (3, [(1, f"{SITE}/new")])
+    front.take(page)  # /new is seen now: its read settles it
+    assert state.lookups == 4
+    front.take(page)
+    assert state.lookups == 4 and enqueue.published == [(1, f"{SITE}/new")]
+    assert state.cut == {
+        reason_counter("duplicate"): 2 + 3 + 3,
+        reason_counter("out_of_scope"): 3,
+        reason_counter("invalid"): 3,
+    }
+    assert state.links_seen == 15
+
+
+def test_settled_links_are_bounded_and_keep_the_recent_ones() -> None:
+    settled = SettledLinks(kept=4)
+    for n in range(10):
+        settled.settle("run-1", f"{SITE}/p{n}", "duplicate")
+        assert settled.reason("run-1", f"{SITE}/p{n}") == "duplicate"
+        assert len(settled) <= 4
+    assert settled.reason("run-1", f"{SITE}/p9") == "duplicate"
+    assert settled.reason("run-1", f"{SITE}/p0") is None  # dropped: read again when it comes
+    assert settled.reason("run-2", f"{SITE}/p9") is None  # another run's links are its own
 
 
 def test_budgets_bound_the_run_and_each_host() -> None:
