@@ -37,9 +37,14 @@ class Background:
             self._unwatched.popleft().result()
 
     def finish(self) -> None:
-        """Wait for every unwatched call; raise the first error among them."""
+        """Wait for every unwatched call; raise the first error among them once all are done,
+        so that none is left to the next user of these threads."""
+        first: BaseException | None = None
         while self._unwatched:
-            self._unwatched.popleft().result()
+            error = self._unwatched.popleft().exception()
+            first = first or error
+        if first is not None:
+            raise first
 
     def close(self) -> None:
         """Wait for whatever runs or waits to run, then end the thread."""

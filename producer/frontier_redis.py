@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import redis
 
@@ -103,20 +103,35 @@ class PagesInHand:
     published: the queue's ready count cannot see the second part, this can. `ops.crawl` does
     not call a discovery run finished while a frontier holds one of its pages, and the
     dashboard can read the same key to say the total is still growing
-    (shared/redis/runstate.py, frontier_holds_a_page)."""
+    (shared/redis/runstate.py, frontier_holds_a_page).
 
-    def __init__(self, client: redis.Redis, keys: Keys, owner: str) -> None:
+    The mark is set before a page's links are looked at and stays while pages keep coming: it
+    is set again only once less than half its deadline is left, and taken away when the
+    frontier finds no page waiting (`release_all`, its consumer loop's idle hook). Set and
+    taken away for every page, it cost the frontier two Redis round trips a page."""
+
+    def __init__(
+        self, client: redis.Redis, keys: Keys, owner: str, clock: Callable[[], float] = time.time
+    ) -> None:
         self._client = client
         self._keys = keys
         self._owner = owner
+        self._clock = clock
+        self._held: dict[str, float] = {}  # run -> the deadline its mark was last given
 
-    @contextlib.contextmanager
-    def holding(self, run_id: str) -> Iterator[None]:
-        key = self._keys.run_frontier(run_id)
-        self._client.hset(key, self._owner, int((time.time() + HOLD_DEADLINE_S) * 1000))
-        try:
-            yield
-        finally:
-            # A failed removal leaves the mark to its deadline: the run only looks busy longer.
+    def hold(self, run_id: str) -> None:
+        now = self._clock()
+        deadline = self._held.get(run_id)
+        if deadline is not None and deadline - now > HOLD_DEADLINE_S / 2:
+            return
+        deadline = now + HOLD_DEADLINE_S
+        self._client.hset(self._keys.run_frontier(run_id), self._owner, int(deadline * 1000))
+        self._held[run_id] = deadline
+
+    def release_all(self) -> None:
+        """Take this frontier's marks away. A failed removal leaves a mark to its deadline: the
+        run only looks busy longer."""
+        held, self._held = self._held, {}
+        for run_id in held:
             with contextlib.suppress(redis.RedisError):
-                self._client.hdel(key, self._owner)
+                self._client.hdel(self._keys.run_frontier(run_id), self._owner)

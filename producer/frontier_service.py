@@ -21,14 +21,14 @@ from producer.discovery_store import stored_options
 from producer.frontier import Frontier
 from producer.frontier_redis import PagesInHand, RedisFrontierState
 from producer.liveness import Heartbeat
-from producer.pipeline import Pipeline
+from producer.pipeline import Pipeline, PipelineThreads
 from producer.pipeline_types import Counts
 from producer.publisher import ConfirmingPublisher
 from producer.routing import Router, load_router
 from producer.service import DedupOverRedis
 from producer.sitemaps import SitemapEntry
 from shared.amqp.topology import discovery_queue
-from shared.consumer import Delivery, Outcome, Subscription, run_consumers
+from shared.consumer import ConsumerHooks, Delivery, Outcome, Subscription, run_consumers
 from shared.errors import DecodeError
 from shared.links_message import PageLinks
 from shared.redis.client import PRODUCER, connect_redis
@@ -55,6 +55,7 @@ class FrontierHandler:
         self._owner = secrets.token_hex(6)  # one owner for every run's claims
         self._dedups: dict[str, Dedup] = {}
         self._beats = contextlib.ExitStack()
+        self._threads = PipelineThreads()  # every page's pipeline runs on the same two
         state = RedisFrontierState(client, self._keys, functools.partial(stored_options, settings))
         self._frontier = Frontier(state, self._enqueue)
         self._in_hand = PagesInHand(client, self._keys, self._owner)
@@ -65,7 +66,8 @@ class FrontierHandler:
         except DecodeError as exc:
             log.warning("links message dropped: %s: %s", exc.reason, exc.detail)
             return Outcome.reject(requeue=False)
-        with translate_redis_errors(self._settings.redis_url), self._in_hand.holding(page.run_id):
+        with translate_redis_errors(self._settings.redis_url):
+            self._in_hand.hold(page.run_id)
             outcome = self._frontier.take(page)
         log.info(
             "links of %s run=%s depth=%d: %d enqueued, cut %s",
@@ -86,6 +88,7 @@ class FrontierHandler:
             DedupOverRedis(self._dedup(run_id), self._settings),
             self._publisher,
             depth=depth,
+            threads=self._threads,
         )
         return pipeline.run(entries)
 
@@ -96,8 +99,14 @@ class FrontierHandler:
             self._beats.enter_context(Heartbeat(dedup))
         return dedup
 
+    def idle(self) -> None:
+        """No page waiting: the runs' marks go (PagesInHand)."""
+        self._in_hand.release_all()
+
     def close(self) -> None:
+        self._in_hand.release_all()
         self._beats.close()
+        self._threads.close()
 
 
 def serve(settings: Settings) -> int:
@@ -115,6 +124,7 @@ def serve(settings: Settings) -> int:
                 [Subscription(discovery_queue(settings.crawl_namespace))],
                 handler,
                 concurrency=1,
+                hooks=ConsumerHooks(when_idle=handler.idle),
             )
         finally:
             handler.close()
