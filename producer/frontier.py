@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -86,11 +87,18 @@ class FrontierState(Protocol):
     def enqueued_total(self, run_id: str) -> int: ...
     def host_counts(self, run_id: str, hosts: Sequence[str]) -> dict[str, int]: ...
     def add(self, run_id: str, cut: dict[str, int], hosts: dict[str, int]) -> None: ...
+    def forget(self, run_id: str) -> None: ...  # read the run's options and state afresh
 
 
 # Links remembered (SettledLinks), in two generations of half this each: about 200 bytes a link,
 # so at most ~40 MB, and a run's last 100,000 distinct links always among them.
 SETTLED_LINKS_KEPT = 200_000
+# A run id can be used again once its run has ended and been deleted (`ops.crawl --fresh`): its
+# links are new then. What the frontier remembers of a run (its options, scope and settled
+# links) counts only while the run's pages keep coming, at most this far apart: a run's end, its
+# delete and a new seeding leave a longer gap than this before the next page's links arrive, and
+# a crawl sends them closer together (a polite one, a page a second, just rebuilds it more often).
+FORGET_RUN_AFTER_S = 2.0
 
 
 class SettledLinks:
@@ -143,13 +151,23 @@ class LinksOutcome:
 
 
 class Frontier:
-    def __init__(self, state: FrontierState, enqueue: Enqueue, settled: SettledLinks | None = None) -> None:
+    def __init__(
+        self,
+        state: FrontierState,
+        enqueue: Enqueue,
+        settled: SettledLinks | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._state = state
         self._enqueue = enqueue
         self._scopes: dict[str, Scope] = {}
         self._settled = SettledLinks() if settled is None else settled
+        self._clock = clock
+        # Per run: the name its settled links are kept under, and when its last page came.
+        self._lives: dict[str, tuple[str, float]] = {}
 
     def take(self, page: PageLinks) -> LinksOutcome:
+        self._keep_or_forget(page.run_id)
         outcome = LinksOutcome()
         options = self._state.options(page.run_id)
         if options is None:  # a run that does not discover, or no longer known: nothing to follow
@@ -165,6 +183,18 @@ class Frontier:
         self._state.add(page.run_id, counters, {})
         return outcome
 
+    def _keep_or_forget(self, run_id: str) -> None:
+        """A page of `run_id` now: after a gap of FORGET_RUN_AFTER_S, what was remembered of the
+        run goes (its settled links are left under their old name, to age out)."""
+        now = self._clock()
+        life = self._lives.get(run_id)
+        if life is None or now - life[1] > FORGET_RUN_AFTER_S:
+            if life is not None:
+                self._scopes.pop(run_id, None)
+                self._state.forget(run_id)
+            life = (f"{run_id} {now!r}", now)  # a space: never in a run id (RUN_ID_PATTERN)
+        self._lives[run_id] = (life[0], now)
+
     def _follow(self, page: PageLinks, options: DiscoveryOptions, outcome: LinksOutcome) -> None:
         candidates = self._in_scope(page, self._scope(page.run_id, options), outcome)
         urls = list(candidates)
@@ -174,7 +204,7 @@ class Frontier:
         fresh = []
         for url, was_seen in zip(urls, seen, strict=True):
             if was_seen:
-                self._settled.settle(page.run_id, candidates[url], "duplicate")
+                self._settled.settle(self._lives[page.run_id][0], candidates[url], "duplicate")
             else:
                 fresh.append(url)
         outcome.cut["duplicate"] += len(urls) - len(fresh)
@@ -192,7 +222,7 @@ class Frontier:
         with the link it came as; links already settled are counted, and others settled here."""
         candidates: dict[str, str] = {}  # a page repeats its links
         settled = self._settled
-        run_id = page.run_id
+        run_id = self._lives[page.run_id][0]  # the run's current life (_keep_or_forget)
         for link in page.links:
             reason = settled.reason(run_id, link)
             if reason is not None:

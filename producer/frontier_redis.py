@@ -63,6 +63,10 @@ class RedisFrontierState:
         self._options[run_id] = (now, options)
         return options
 
+    def forget(self, run_id: str) -> None:
+        self._options.pop(run_id, None)
+        self._states.pop(run_id, None)
+
     def cancelled(self, run_id: str) -> bool:
         now = time.monotonic()
         kept = self._states.get(run_id)

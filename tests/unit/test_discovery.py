@@ -10,7 +10,7 @@ import pytest
 
 from producer.discovery_args import DiscoveryArgs
 from producer.discovery_scope import DiscoveryOptions, Scope
-from producer.frontier import LINKS_SEEN, Frontier, SettledLinks, reason_counter
+from producer.frontier import FORGET_RUN_AFTER_S, LINKS_SEEN, Frontier, SettledLinks, reason_counter
 from producer.pipeline_types import Counts
 from producer.serve import options_for
 from producer.sitemaps import SitemapEntry
@@ -110,6 +110,7 @@ class FakeState:
         self.lookups = 0
         self.is_cancelled = False
         self.links_seen = 0
+        self.forgotten: list[str] = []
 
     def options(self, run_id: str) -> DiscoveryOptions | None:
         return self.made
@@ -126,6 +127,9 @@ class FakeState:
 
     def host_counts(self, run_id: str, hosts: Sequence[str]) -> dict[str, int]:
         return {host: self.hosts[host] for host in hosts if host in self.hosts}
+
+    def forget(self, run_id: str) -> None:
+        self.forgotten.append(run_id)
 
     def add(self, run_id: str, cut: dict[str, int], hosts: dict[str, int]) -> None:
         cut = dict(cut)
@@ -242,6 +246,23 @@ def test_links_settled_once_cost_no_lookup_the_next_time() -> None:
         reason_counter("invalid"): 3,
     }
     assert state.links_seen == 15
+
+
+def test_a_run_whose_pages_stopped_coming_is_read_afresh() -> None:
+    """A run id used again after its run was deleted: after a gap, what was settled of it, its
+    options and its scope count no more; another run's pages do not keep it alive."""
+    state = FakeState(options(), seen=[f"{SITE}/old"])
+    now = [100.0]
+    front = Frontier(state, FakeEnqueue(state), clock=lambda: now[0])
+    front.take(links(1, f"{SITE}/old"))
+    now[0] += FORGET_RUN_AFTER_S  # not past it: still the same run
+    front.take(links(1, f"{SITE}/old"))
+    assert state.lookups == 1 and state.forgotten == []
+    now[0] += FORGET_RUN_AFTER_S + 0.1
+    state.seen_fps.clear()  # the run deleted, its marks with it
+    front.take(links(1, f"{SITE}/old"))
+    assert state.lookups == 2 and state.enqueued == 1
+    assert state.forgotten == ["run-1"]
 
 
 def test_settled_links_are_bounded_and_keep_the_recent_ones() -> None:
