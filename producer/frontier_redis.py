@@ -21,6 +21,9 @@ STATE_FRESH_S = 1.0  # a cancel is seen this soon
 # A frontier's mark that it holds a page of a run lasts this long if the frontier dies with it;
 # settling a page takes milliseconds, or a few seconds when it waits out a dead frontier's claims.
 HOLD_DEADLINE_S = 30.0
+# While pages keep coming the mark is set again this often: a mark lost meanwhile (Redis
+# restarted empty) is back within this, as it was by the next page when each page set its own.
+HOLD_REFRESH_S = 5.0
 _SEEN_STATES = (b"c", b"h")  # confirmed or handled; a claim is the pipeline's to judge
 
 
@@ -110,7 +113,7 @@ class PagesInHand:
     (shared/redis/runstate.py, frontier_holds_a_page).
 
     The mark is set before a page's links are looked at and stays while pages keep coming: it
-    is set again only once less than half its deadline is left, and taken away when the
+    is set again only HOLD_REFRESH_S after it was last set, and taken away when the
     frontier finds no page waiting (`release_all`, its consumer loop's idle hook). Set and
     taken away for every page, it cost the frontier two Redis round trips a page."""
 
@@ -126,7 +129,7 @@ class PagesInHand:
     def hold(self, run_id: str) -> None:
         now = self._clock()
         deadline = self._held.get(run_id)
-        if deadline is not None and deadline - now > HOLD_DEADLINE_S / 2:
+        if deadline is not None and deadline - now > HOLD_DEADLINE_S - HOLD_REFRESH_S:
             return
         deadline = now + HOLD_DEADLINE_S
         self._client.hset(self._keys.run_frontier(run_id), self._owner, int(deadline * 1000))

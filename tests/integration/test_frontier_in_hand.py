@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from producer.frontier_redis import HOLD_DEADLINE_S, PagesInHand
+from producer.frontier_redis import HOLD_DEADLINE_S, HOLD_REFRESH_S, PagesInHand
 from shared.redis.client import OPERATOR, connect_redis
 from shared.redis.keys import Keys
 from shared.redis.runstate import frontier_holds_a_page
@@ -41,7 +41,7 @@ def test_a_page_held_marks_its_run_until_the_frontier_is_idle_and_no_other_run(
     assert client.exists(keys.run_frontier("run-a")) == 0
 
 
-def test_pages_in_a_row_set_the_mark_again_only_past_half_its_deadline(
+def test_pages_in_a_row_set_the_mark_again_only_every_few_seconds(
     settings: Settings, client: redis.Redis
 ) -> None:
     keys = Keys(settings.redis_prefix)
@@ -50,12 +50,12 @@ def test_pages_in_a_row_set_the_mark_again_only_past_half_its_deadline(
     mark = keys.run_frontier("run-a")
     in_hand.hold("run-a")
     first = int(client.hget(mark, "f1") or 0)
-    now[0] += HOLD_DEADLINE_S / 2 - 1
+    now[0] += HOLD_REFRESH_S - 1
     in_hand.hold("run-a")
-    assert int(client.hget(mark, "f1") or 0) == first  # no call: more than half is left
+    assert int(client.hget(mark, "f1") or 0) == first  # no call: set a moment ago
     now[0] += 2
     in_hand.hold("run-a")
-    assert int(client.hget(mark, "f1") or 0) == first + int((HOLD_DEADLINE_S / 2 + 1) * 1000)
+    assert int(client.hget(mark, "f1") or 0) == first + int((HOLD_REFRESH_S + 1) * 1000)
     in_hand.release_all()
     assert client.exists(mark) == 0
 
