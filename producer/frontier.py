@@ -167,7 +167,7 @@ class Frontier:
         self._lives: dict[str, tuple[str, float]] = {}
 
     def take(self, page: PageLinks) -> LinksOutcome:
-        self._keep_or_forget(page.run_id)
+        life = self._keep_or_forget(page.run_id)
         outcome = LinksOutcome()
         options = self._state.options(page.run_id)
         if options is None:  # a run that does not discover, or no longer known: nothing to follow
@@ -177,15 +177,16 @@ class Frontier:
         elif page.depth > options.max_depth:
             outcome.cut["depth"] += len(page.links)
         else:
-            self._follow(page, options, outcome)
+            self._follow(page, life, options, outcome)
         counters = {reason_counter(r): n for r, n in outcome.cut.items() if n}
         counters[LINKS_SEEN] = len(page.links)  # what the frontier's rate is measured in (bench/discovery.py)
         self._state.add(page.run_id, counters, {})
         return outcome
 
-    def _keep_or_forget(self, run_id: str) -> None:
+    def _keep_or_forget(self, run_id: str) -> str:
         """A page of `run_id` now: after a gap of FORGET_RUN_AFTER_S, what was remembered of the
-        run goes (its settled links are left under their old name, to age out)."""
+        run goes (its settled links are left under their old name, to age out). Returns the
+        name the run's settled links are kept under now."""
         now = self._clock()
         life = self._lives.get(run_id)
         if life is None or now - life[1] > FORGET_RUN_AFTER_S:
@@ -194,9 +195,10 @@ class Frontier:
                 self._state.forget(run_id)
             life = (f"{run_id} {now!r}", now)  # a space: never in a run id (RUN_ID_PATTERN)
         self._lives[run_id] = (life[0], now)
+        return life[0]
 
-    def _follow(self, page: PageLinks, options: DiscoveryOptions, outcome: LinksOutcome) -> None:
-        candidates = self._in_scope(page, self._scope(page.run_id, options), outcome)
+    def _follow(self, page: PageLinks, life: str, options: DiscoveryOptions, outcome: LinksOutcome) -> None:
+        candidates = self._in_scope(page, life, self._scope(page.run_id, options), outcome)
         urls = list(candidates)
         # One read first: a page linking to itself or to pages already seen costs this lookup,
         # no claim and no publish, and what is seen does not use up a budget.
@@ -204,7 +206,7 @@ class Frontier:
         fresh = []
         for url, was_seen in zip(urls, seen, strict=True):
             if was_seen:
-                self._settled.settle(self._lives[page.run_id][0], candidates[url], "duplicate")
+                self._settled.settle(life, candidates[url], "duplicate")
             else:
                 fresh.append(url)
         outcome.cut["duplicate"] += len(urls) - len(fresh)
@@ -217,14 +219,13 @@ class Frontier:
             if options.max_pages_per_host != UNLIMITED and enqueued:
                 self._state.add(page.run_id, {}, {host: enqueued})
 
-    def _in_scope(self, page: PageLinks, scope: Scope, outcome: LinksOutcome) -> dict[str, str]:
+    def _in_scope(self, page: PageLinks, life: str, scope: Scope, outcome: LinksOutcome) -> dict[str, str]:
         """The page's links in canonical form, in scope, each once, in first-seen order, each
         with the link it came as; links already settled are counted, and others settled here."""
         candidates: dict[str, str] = {}  # a page repeats its links
         settled = self._settled
-        run_id = self._lives[page.run_id][0]  # the run's current life (_keep_or_forget)
         for link in page.links:
-            reason = settled.reason(run_id, link)
+            reason = settled.reason(life, link)
             if reason is not None:
                 outcome.cut[reason] += 1
                 continue
@@ -232,11 +233,11 @@ class Frontier:
                 canonical = without_session_ids(canonicalize(link))
             except InvalidURL:
                 outcome.cut["invalid"] += 1
-                settled.settle(run_id, link, "invalid")
+                settled.settle(life, link, "invalid")
                 continue
             if not scope.admits(canonical):
                 outcome.cut["out_of_scope"] += 1
-                settled.settle(run_id, link, "out_of_scope")
+                settled.settle(life, link, "out_of_scope")
             elif canonical in candidates:
                 outcome.cut["duplicate"] += 1
             else:
