@@ -1,6 +1,6 @@
 """The frontier: what a discovery run does with the links of a page a worker stored.
 
-    PageLinks (one message a page) → canonicalise, session ids dropped (invalid: counted) →
+    PageLinks (one or many pages a message) → canonicalise, session ids dropped (invalid: counted) →
     past the depth, out of scope: counted → seen already (one read): `duplicate` → over a
     budget: `budget` → the producer's own pipeline (claim, route, publish confirmed, mark seen,
     count `enqueued`)
@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from producer.discovery_scope import UNLIMITED, DiscoveryOptions, Scope
@@ -137,6 +137,15 @@ class SettledLinks:
             self._older, self._recent = self._recent, {}
 
 
+class Found(NamedTuple):
+    """Where a candidate link was first found in a message: as it came, on which page, and the
+    depth it has there (the page's + 1; a message may hold pages of several depths)."""
+
+    link: str
+    page: str
+    depth: int
+
+
 # Publishes `entries` at `depth` for `run_id` through the producer's pipeline and returns its
 # counts once everything is settled.
 Enqueue = Callable[[str, int, list[SitemapEntry]], Counts]
@@ -144,7 +153,7 @@ Enqueue = Callable[[str, int, list[SitemapEntry]], Counts]
 
 @dataclass
 class LinksOutcome:
-    """What became of one page's links."""
+    """What became of the links of one message's pages."""
 
     enqueued: int = 0
     cut: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -166,22 +175,35 @@ class Frontier:
         # Per run: the name its settled links are kept under, and when its last page came.
         self._lives: dict[str, tuple[str, float]] = {}
 
-    def take(self, page: PageLinks) -> LinksOutcome:
-        life = self._keep_or_forget(page.run_id)
+    def take(self, pages: Sequence[PageLinks]) -> LinksOutcome:
+        """Follow the links of `pages` (those of one message): each run's together, with one
+        seen read and one publish of what is new for all its pages."""
         outcome = LinksOutcome()
-        options = self._state.options(page.run_id)
-        if options is None:  # a run that does not discover, or no longer known: nothing to follow
-            outcome.cut["out_of_scope"] += len(page.links)
-        elif self._state.cancelled(page.run_id):  # (a paused run's are held by the workers)
-            outcome.cut["cancelled"] += len(page.links)
-        elif page.depth > options.max_depth:
-            outcome.cut["depth"] += len(page.links)
-        else:
-            self._follow(page, life, options, outcome)
-        counters = {reason_counter(r): n for r, n in outcome.cut.items() if n}
-        counters[LINKS_SEEN] = len(page.links)  # what the frontier's rate is measured in (bench/discovery.py)
-        self._state.add(page.run_id, counters, {})
+        by_run: dict[str, list[PageLinks]] = {}
+        for page in pages:
+            by_run.setdefault(page.run_id, []).append(page)
+        for run_id, run_pages in by_run.items():
+            self._take_run(run_id, run_pages, outcome)
         return outcome
+
+    def _take_run(self, run_id: str, pages: list[PageLinks], outcome: LinksOutcome) -> None:
+        life = self._keep_or_forget(run_id)
+        cut: collections.Counter[str] = collections.Counter()
+        links_seen = sum(len(page.links) for page in pages)
+        options = self._state.options(run_id)
+        if options is None:  # a run that does not discover, or no longer known: nothing to follow
+            cut["out_of_scope"] += links_seen
+        elif self._state.cancelled(run_id):  # (a paused run's are held by the workers)
+            cut["cancelled"] += links_seen
+        else:
+            within = [page for page in pages if page.depth <= options.max_depth]
+            cut["depth"] += sum(len(page.links) for page in pages if page.depth > options.max_depth)
+            if within:
+                outcome.enqueued += self._follow(run_id, within, life, options, cut)
+        outcome.cut.update(cut)
+        counters = {reason_counter(r): n for r, n in cut.items() if n}
+        counters[LINKS_SEEN] = links_seen  # what the frontier's rate is measured in (bench/discovery.py)
+        self._state.add(run_id, counters, {})
 
     def _keep_or_forget(self, run_id: str) -> str:
         """A page of `run_id` now: after a gap of FORGET_RUN_AFTER_S, what was remembered of the
@@ -197,60 +219,82 @@ class Frontier:
         self._lives[run_id] = (life[0], now)
         return life[0]
 
-    def _follow(self, page: PageLinks, life: str, options: DiscoveryOptions, outcome: LinksOutcome) -> None:
-        candidates = self._in_scope(page, life, self._scope(page.run_id, options), outcome)
+    def _follow(
+        self,
+        run_id: str,
+        pages: list[PageLinks],
+        life: str,
+        options: DiscoveryOptions,
+        cut: collections.Counter[str],
+    ) -> int:
+        """Publish what is new of the links of `pages`, all of run `run_id` and within its depth;
+        returns how many were enqueued."""
+        candidates = self._in_scope(pages, life, self._scope(run_id, options), cut)
         urls = list(candidates)
         # One read first: a page linking to itself or to pages already seen costs this lookup,
         # no claim and no publish, and what is seen does not use up a budget.
-        seen = self._state.seen(page.run_id, [fingerprint(url) for url in urls]) if urls else []
+        seen = self._state.seen(run_id, [fingerprint(url) for url in urls]) if urls else []
         fresh = []
         for url, was_seen in zip(urls, seen, strict=True):
             if was_seen:
-                self._settled.settle(life, candidates[url], "duplicate")
+                self._settled.settle(life, candidates[url].link, "duplicate")
             else:
                 fresh.append(url)
-        outcome.cut["duplicate"] += len(urls) - len(fresh)
-        for host, host_urls in self._within_budgets(page.run_id, options, fresh, outcome).items():
-            entries = [SitemapEntry(url=url, source=page.page) for url in host_urls]
-            enqueued = self._enqueue(page.run_id, page.depth, entries).enqueued_total
+        cut["duplicate"] += len(urls) - len(fresh)
+        enqueued = 0
+        per_host = options.max_pages_per_host != UNLIMITED
+        for host, host_urls in self._within_budgets(run_id, options, fresh, cut).items():
+            by_depth: dict[int, list[SitemapEntry]] = {}
+            for url in host_urls:
+                found = candidates[url]
+                by_depth.setdefault(found.depth, []).append(SitemapEntry(url=url, source=found.page))
             # What the pipeline found claimed or confirmed meanwhile (by a frontier killed before
             # its ack) it counts as the producer's `duplicates`.
-            outcome.enqueued += enqueued
-            if options.max_pages_per_host != UNLIMITED and enqueued:
-                self._state.add(page.run_id, {}, {host: enqueued})
+            host_enqueued = sum(
+                self._enqueue(run_id, depth, entries).enqueued_total for depth, entries in by_depth.items()
+            )
+            enqueued += host_enqueued
+            if per_host and host_enqueued:
+                self._state.add(run_id, {}, {host: host_enqueued})
+        return enqueued
 
-    def _in_scope(self, page: PageLinks, life: str, scope: Scope, outcome: LinksOutcome) -> dict[str, str]:
-        """The page's links in canonical form, in scope, each once, in first-seen order, each
-        with the link it came as; links already settled are counted, and others settled here."""
-        candidates: dict[str, str] = {}  # a page repeats its links
+    def _in_scope(
+        self, pages: list[PageLinks], life: str, scope: Scope, cut: collections.Counter[str]
+    ) -> dict[str, Found]:
+        """The pages' links in canonical form, in scope, each once, in first-seen order, each
+        with where it was found; links already settled are counted, and others settled here."""
+        candidates: dict[str, Found] = {}  # a page repeats its links, and pages each other's
         settled = self._settled
-        for link in page.links:
-            reason = settled.reason(life, link)
-            if reason is not None:
-                outcome.cut[reason] += 1
-                continue
-            try:
-                canonical = without_session_ids(canonicalize(link))
-            except InvalidURL:
-                outcome.cut["invalid"] += 1
-                settled.settle(life, link, "invalid")
-                continue
-            if not scope.admits(canonical):
-                outcome.cut["out_of_scope"] += 1
-                settled.settle(life, link, "out_of_scope")
-            elif canonical in candidates:
-                outcome.cut["duplicate"] += 1
-            else:
-                candidates[canonical] = link
+        for page in pages:
+            for link in page.links:
+                reason = settled.reason(life, link)
+                if reason is not None:
+                    cut[reason] += 1
+                    continue
+                try:
+                    canonical = without_session_ids(canonicalize(link))
+                except InvalidURL:
+                    cut["invalid"] += 1
+                    settled.settle(life, link, "invalid")
+                    continue
+                if not scope.admits(canonical):
+                    cut["out_of_scope"] += 1
+                    settled.settle(life, link, "out_of_scope")
+                elif canonical in candidates:
+                    cut["duplicate"] += 1
+                    if page.depth < candidates[canonical].depth:  # the shortest way to it counts
+                        candidates[canonical] = Found(link, page.page, page.depth)
+                else:
+                    candidates[canonical] = Found(link, page.page, page.depth)
         return candidates
 
     def _within_budgets(
-        self, run_id: str, options: DiscoveryOptions, fresh: list[str], outcome: LinksOutcome
+        self, run_id: str, options: DiscoveryOptions, fresh: list[str], cut: collections.Counter[str]
     ) -> dict[str, list[str]]:
         """The links that fit the run's and their hosts' budgets, by host."""
         if options.max_pages:
             room = max(options.max_pages - self._state.enqueued_total(run_id), 0)
-            outcome.cut["budget"] += max(len(fresh) - room, 0)
+            cut["budget"] += max(len(fresh) - room, 0)
             fresh = fresh[:room]
         by_host: dict[str, list[str]] = collections.defaultdict(list)
         for url in fresh:
@@ -259,7 +303,7 @@ class Frontier:
             counts = self._state.host_counts(run_id, list(by_host))
             for host, host_urls in by_host.items():
                 host_room = max(options.max_pages_per_host - counts.get(host, 0), 0)
-                outcome.cut["budget"] += max(len(host_urls) - host_room, 0)
+                cut["budget"] += max(len(host_urls) - host_room, 0)
                 del host_urls[host_room:]
         return {host: urls for host, urls in by_host.items() if urls}
 

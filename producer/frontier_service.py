@@ -1,9 +1,9 @@
 """`python -m producer --frontier`: the frontier of discovery runs, as a service.
 
-It consumes the discovery queue one message at a time (each a stored page's links), and hands
-each to producer/frontier.py, which publishes what is new through the producer's own pipeline.
-The message is acked once that pipeline has settled every link: confirmed and marked seen, or
-released. One frontier is enough for a crawl (its cost per link is a few microseconds and a
+It consumes the discovery queue one message at a time (each the links of one or more stored
+pages), and hands each to producer/frontier.py, which publishes what is new through the
+producer's own pipeline. The message is acked once that pipeline has settled every link:
+confirmed and marked seen, or released. One frontier is enough for a crawl (its cost per link is a few microseconds and a
 share of two Redis calls a page); several may run, as several producers may, on the same claims.
 """
 
@@ -30,7 +30,7 @@ from producer.sitemaps import SitemapEntry
 from shared.amqp.topology import discovery_queue
 from shared.consumer import ConsumerHooks, Delivery, Outcome, Subscription, run_consumers
 from shared.errors import DecodeError
-from shared.links_message import PageLinks
+from shared.links_message import decode_pages
 from shared.redis.client import PRODUCER, connect_redis
 from shared.redis.errors import translate_redis_errors
 from shared.redis.keys import Keys
@@ -62,18 +62,20 @@ class FrontierHandler:
 
     def __call__(self, delivery: Delivery) -> Outcome:
         try:
-            page = PageLinks.decode(delivery.body)
+            pages = decode_pages(delivery.body)
         except DecodeError as exc:
             log.warning("links message dropped: %s: %s", exc.reason, exc.detail)
             return Outcome.reject(requeue=False)
         with translate_redis_errors(self._settings.redis_url):
-            self._in_hand.hold(page.run_id)
-            outcome = self._frontier.take(page)
+            for run_id in {page.run_id for page in pages}:
+                self._in_hand.hold(run_id)
+            outcome = self._frontier.take(pages)
+        first = pages[0]
         log.info(
             "links of %s run=%s depth=%d: %d enqueued, cut %s",
-            page.page,
-            page.run_id,
-            page.depth,
+            first.page if len(pages) == 1 else f"{len(pages)} pages from {first.page}",
+            first.run_id,
+            first.depth,
             outcome.enqueued,
             dict(outcome.cut),
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,18 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Joining:
+    """How publications to one exchange and routing key may go out as one message: `join` makes
+    one body of theirs, for as many as fit in `max_bytes` together and at most `max_count`. A
+    consumer loop joins those it settles at the same moment (shared/consumer/settling.py): one
+    publish and one confirm instead of one each."""
+
+    join: Callable[[Sequence[bytes]], bytes]
+    max_bytes: int
+    max_count: int
+
+
 @dataclass(slots=True)  # not frozen: the producer makes one for every URL, and frozen ones build slowly
 class Publication:
     """One message to publish, persistent, waiting for the broker's confirm."""
@@ -50,6 +62,9 @@ class Publication:
     priority: int | None = None
     # Published instead when the broker cannot route this one (no queue bound), if set.
     if_unroutable: Publication | None = None
+    # Set when the body may go out joined with the bodies of others of the same Joining, exchange,
+    # routing key and priority, none with headers.
+    joins: Joining | None = None
 
     def properties(self) -> pika.BasicProperties:
         return pika.BasicProperties(

@@ -2,6 +2,10 @@
 returned is handed back to the connection's thread, which publishes what the outcome asks
 (waiting for each confirm) and only then acks or rejects.
 
+Publications that may be joined (broker.Joining), each the only one of an outcome that acks,
+go out joined with the others settled in the same wake: one publish and one confirm, and then
+an ack for each of their messages (or, if it fails, all of them back to their queue).
+
 pika is not thread-safe, so the handler thread that decided an outcome never touches the
 channel: it queues the outcome and wakes the connection's thread, and one wake settles every
 outcome then waiting. Apart from the threads on either side because this is the one way a
@@ -15,7 +19,7 @@ import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from shared.amqp import broker
@@ -95,30 +99,89 @@ class Settling:
     def settle_waiting(self) -> None:
         with self._settled_lock:
             waiting, self._settled = self._settled, collections.deque()
+        joinable: dict[tuple[Any, ...], list[tuple[int, broker.Publication]]] = {}
         for generation, tag, outcome in waiting:
-            self._settle(generation, tag, outcome)
+            if self._stale(generation, tag):
+                continue
+            publication = _joinable(outcome)
+            if publication is None:
+                self._publish_then_settle([tag], outcome.publications, outcome)
+            else:
+                key = (publication.exchange, publication.routing_key, publication.joins, publication.priority)
+                joinable.setdefault(key, []).append((tag, publication))
+        for group in joinable.values():
+            for tags, publication in _joined(group):
+                self._publish_then_settle(tags, (publication,), _JOINED)
 
-    def _settle(self, generation: int, tag: int, outcome: Outcome) -> None:
+    def _stale(self, generation: int, tag: int) -> bool:
+        # From a closed channel: the broker has requeued it already.
+        return generation != self.current.generation or tag not in self.current.unsettled
+
+    def _publish_then_settle(
+        self, tags: list[int], publications: tuple[broker.Publication, ...], outcome: Outcome
+    ) -> None:
+        """Publish, then settle the messages of `tags` as `outcome` says; all of them go back to
+        their queue if a publication fails, since each needs it on its way."""
         current = self.current
-        if generation != current.generation or tag not in current.unsettled:
-            return  # from a closed channel: the broker has requeued it already
         try:
-            for publication in outcome.publications:
+            for publication in publications:
                 broker.publish(current.publish_channel, publication)
         except broker.PublishFailed as exc:
             log.warning("%s could not publish (%s); returning the message to its queue", self.name, exc)
-            current.channel.basic_nack(tag, requeue=True)
+            for tag in tags:
+                current.channel.basic_nack(tag, requeue=True)
         except broker.UNPUBLISHABLE as exc:
             # Our bug (e.g. a header AMQP cannot encode): dead-letter the original, do not crash-loop.
             log.error(
                 "%s cannot encode an outgoing message (%s); dead-lettering the original", self.name, exc
             )
-            current.channel.basic_reject(tag, requeue=False)
+            for tag in tags:
+                current.channel.basic_reject(tag, requeue=False)
         else:
-            if outcome.ack:
-                # Where pika allows, queued: the acks of one wake go out together on the loop's
-                # next poll, which follows at once (and a close sends queued frames first).
-                current.ack(tag)
-            else:
-                current.channel.basic_reject(tag, requeue=outcome.requeue)
-        current.unsettled.discard(tag)
+            for tag in tags:
+                if outcome.ack:
+                    # Where pika allows, queued: the acks of one wake go out together on the loop's
+                    # next poll, which follows at once (and a close sends queued frames first).
+                    current.ack(tag)
+                else:
+                    current.channel.basic_reject(tag, requeue=outcome.requeue)
+        current.unsettled.difference_update(tags)
+
+
+_JOINED = Outcome.done()  # what settles each message of a joined publication, once it is confirmed
+
+
+def _joinable(outcome: Outcome) -> broker.Publication | None:
+    """The outcome's one publication, if it may be joined with others (broker.Joining) and the
+    message is acked once it is confirmed."""
+    if len(outcome.publications) != 1 or not outcome.ack:
+        return None
+    publication = outcome.publications[0]
+    plain = not publication.headers and publication.if_unroutable is None
+    return publication if publication.joins is not None and plain else None
+
+
+def _joined(
+    group: list[tuple[int, broker.Publication]],
+) -> Iterator[tuple[list[int], broker.Publication]]:
+    """The publications of one Joining, exchange, routing key and priority, joined as many at a
+    time as fit its bounds, each with the tags of the messages it settles; one that fits with no
+    other goes as it is."""
+    joins = group[0][1].joins
+    assert joins is not None
+    start = 0
+    while start < len(group):
+        end, size = start + 1, len(group[start][1].body)
+        while end < len(group) and end - start < joins.max_count:
+            size += len(group[end][1].body) + 1  # and a separator, say
+            if size > joins.max_bytes:
+                break
+            end += 1
+        tags = [tag for tag, _ in group[start:end]]
+        first = group[start][1]
+        if end - start == 1:
+            yield tags, first
+        else:
+            body = joins.join([publication.body for _, publication in group[start:end]])
+            yield tags, broker.Publication(first.exchange, first.routing_key, body, priority=first.priority)
+        start = end

@@ -43,7 +43,7 @@ def test_a_frontier_finds_a_runs_options_after_redis_lost_them_and_follows_its_l
 
         state = RedisFrontierState(client, keys, functools.partial(stored_options, settings))
         links = ("http://127.0.0.1:8431/p/1", "http://127.0.0.1:8431/p/2")
-        outcome = Frontier(state, enqueue).take(PageLinks("discover", 1, ROOT, links))
+        outcome = Frontier(state, enqueue).take([PageLinks("discover", 1, ROOT, links)])
         assert (outcome.enqueued, dict(+outcome.cut)) == (2, {})
         assert enqueued == list(links)
         assert client.get(keys.run_discovery("discover")) == OPTIONS.encode(), (
@@ -51,7 +51,9 @@ def test_a_frontier_finds_a_runs_options_after_redis_lost_them_and_follows_its_l
         )
         # Without the durable copy the same run's options are unknown.
         client.delete(keys.run_discovery("discover"))
-        cut = Frontier(RedisFrontierState(client, keys), enqueue).take(PageLinks("discover", 1, ROOT, links))
+        cut = Frontier(RedisFrontierState(client, keys), enqueue).take(
+            [PageLinks("discover", 1, ROOT, links)]
+        )
         assert (cut.enqueued, dict(+cut.cut)) == (0, {"out_of_scope": 2})
     finally:
         client.delete(keys.run_discovery("discover"))

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from shared.amqp.broker import Publication
+import pika.exceptions
+
+from shared.amqp.broker import Joining, Publication
 from shared.consumer import ConsumerHooks, Delivery, Outcome, StopEvent, Subscription
 from shared.consumer.connection_thread import ConnectionThread
 from shared.consumer.handler_threads import HandlerThreads
@@ -86,6 +88,44 @@ def test_settling_publishes_then_acks_and_one_wake_settles_every_outcome_waiting
     assert channel.published == [("x", "k", b"copy")]
     assert channel.acked == [1] and channel.rejected == [(2, False)]
     assert current.unsettled == set()
+
+
+JOINED = Joining(lambda bodies: b"+".join(bodies), max_bytes=8, max_count=3)
+
+
+def test_publications_settled_together_go_out_joined_within_their_bounds() -> None:
+    """Joinable publications of one wake: one message for as many as the Joining's bounds hold,
+    then an ack for each; others as they are. A join refused sends all its messages back."""
+    channel = FakeChannel()
+    current = connected(channel)
+    settling = Settling("test", current)
+    for tag, body in enumerate([b"a", b"b", b"c", b"d", b"eeeeeee", b"f"], start=1):
+        settling.hand_back(item(current, tag), Outcome.forward(Publication("x", "k", body, joins=JOINED)))
+    settling.hand_back(item(current, 7), Outcome.forward(Publication("x", "k", b"plain")))
+    settling.hand_back(item(current, 8), Outcome.forward(Publication("y", "k", b"g", joins=JOINED)))
+    settling.settle_waiting()
+    assert channel.published == [
+        ("x", "k", b"plain"),
+        ("x", "k", b"a+b+c"),  # at most 3
+        ("x", "k", b"d"),  # with the next it would pass 8 bytes
+        ("x", "k", b"eeeeeee"),
+        ("x", "k", b"f"),
+        ("y", "k", b"g"),  # another exchange: its own
+    ]
+    assert sorted(channel.acked) == list(range(1, 9)) and current.unsettled == set()
+
+    refusing = FakeChannel()
+    refusing.basic_publish = _refuse  # type: ignore[method-assign]
+    current = connected(refusing)
+    settling = Settling("test", current)
+    for tag in (1, 2):
+        settling.hand_back(item(current, tag), Outcome.forward(Publication("x", "k", b"a", joins=JOINED)))
+    settling.settle_waiting()
+    assert refusing.acked == [] and refusing.rejected == [(1, True), (2, True)]
+
+
+def _refuse(*_args: Any, **_kw: Any) -> None:
+    raise pika.exceptions.NackError([])
 
 
 def test_settling_drops_an_outcome_of_a_connection_since_lost() -> None:

@@ -17,7 +17,7 @@ from producer.sitemaps import SitemapEntry
 from shared.amqp.topology import build_topology, discovery_exchange
 from shared.crawl_request import CrawlRequest, InvalidRequest, check
 from shared.errors import BlockedAddress, ConfigError, DecodeError
-from shared.links_message import PageLinks
+from shared.links_message import MAX_PAGES_A_MESSAGE, PageLinks, decode_pages, join_pages
 from shared.messages import CrawlTask
 from shared.settings import Settings
 from shared.urls import fingerprint
@@ -108,6 +108,7 @@ class FakeState:
         self.cut: collections.Counter[str] = collections.Counter()
         self.hosts: collections.Counter[str] = collections.Counter()
         self.lookups = 0
+        self.reads = 0
         self.is_cancelled = False
         self.links_seen = 0
         self.forgotten: list[str] = []
@@ -120,6 +121,7 @@ class FakeState:
 
     def seen(self, run_id: str, fingerprints: Sequence[bytes]) -> list[bool]:
         self.lookups += len(fingerprints)
+        self.reads += 1
         return [fp in self.seen_fps for fp in fingerprints]
 
     def enqueued_total(self, run_id: str) -> int:
@@ -144,9 +146,11 @@ class FakeEnqueue:
     def __init__(self, state: FakeState) -> None:
         self.state = state
         self.published: list[tuple[int, str]] = []
+        self.calls = 0
 
     def __call__(self, run_id: str, depth: int, entries: list[SitemapEntry]) -> Counts:
         counts = Counts()
+        self.calls += 1
         for entry in entries:
             self.published.append((depth, entry.url))
             self.state.seen_fps.add(fingerprint(entry.url))
@@ -168,15 +172,17 @@ def test_links_are_cut_by_reason_and_the_rest_published_at_their_depth() -> None
     state = FakeState(options(), seen=[f"{SITE}/"])
     front, enqueue = frontier(state)
     outcome = front.take(
-        links(
-            1,
-            f"{SITE}/",
-            f"{SITE}/a",
-            f"{SITE}/a#top",
-            "http://SITE.test:80/a",
-            "http://other.test/",
-            f"{SITE}/b",
-        )
+        [
+            links(
+                1,
+                f"{SITE}/",
+                f"{SITE}/a",
+                f"{SITE}/a#top",
+                "http://SITE.test:80/a",
+                "http://other.test/",
+                f"{SITE}/b",
+            )
+        ]
     )
     assert enqueue.published == [(1, f"{SITE}/a"), (1, f"{SITE}/b")]
     assert outcome.enqueued == 2
@@ -195,14 +201,14 @@ def test_links_are_cut_by_reason_and_the_rest_published_at_their_depth() -> None
 def test_session_ids_are_dropped_from_links(link: str, canonical: str) -> None:
     state = FakeState(options())
     front, enqueue = frontier(state)
-    front.take(links(1, link))
+    front.take([links(1, link)])
     assert enqueue.published == [(1, canonical)]
 
 
 def test_links_past_the_depth_are_counted_not_followed() -> None:
     state = FakeState(options(max_depth=1))
     front, enqueue = frontier(state)
-    front.take(links(2, f"{SITE}/deep1", f"{SITE}/deep2"))
+    front.take([links(2, f"{SITE}/deep1", f"{SITE}/deep2")])
     assert enqueue.published == []
     assert state.cut == {reason_counter("depth"): 2}
     assert state.lookups == 0
@@ -212,7 +218,7 @@ def test_a_cancelled_run_follows_nothing_more() -> None:
     state = FakeState(options())
     state.is_cancelled = True
     front, enqueue = frontier(state)
-    front.take(links(1, f"{SITE}/a", f"{SITE}/b"))
+    front.take([links(1, f"{SITE}/a", f"{SITE}/b")])
     assert enqueue.published == []
     assert state.cut == {reason_counter("cancelled"): 2}
 
@@ -221,11 +227,29 @@ def test_a_page_of_links_already_seen_costs_lookups_not_publishes() -> None:
     seen = [f"{SITE}/p{i}" for i in range(1000)]
     state = FakeState(options(), seen=seen)
     front, enqueue = frontier(state)
-    front.take(links(1, *seen))
+    front.take([links(1, *seen)])
     assert enqueue.published == []
     assert state.lookups == 1000
     assert state.cut == {reason_counter("duplicate"): 1000}
     assert state.links_seen == 1000
+
+
+def test_the_pages_of_one_message_are_followed_together() -> None:
+    """One seen read for all of a message's pages, and one publish a depth; a link two pages
+    share is one candidate, at the smaller of its depths; a page past the depth is cut whole."""
+    state = FakeState(options(max_depth=3), seen=[f"{SITE}/old"])
+    front, enqueue = frontier(state)
+    outcome = front.take(
+        [
+            links(3, f"{SITE}/shared", f"{SITE}/old", f"{SITE}/x"),
+            links(2, f"{SITE}/shared", f"{SITE}/y"),
+            links(4, f"{SITE}/deep"),
+        ]
+    )
+    assert enqueue.published == [(2, f"{SITE}/shared"), (2, f"{SITE}/y"), (3, f"{SITE}/x")]
+    assert (state.reads, enqueue.calls, outcome.enqueued) == (1, 2, 3)
+    assert state.cut == {reason_counter("duplicate"): 2, reason_counter("depth"): 1}
+    assert state.links_seen == 6
 
 
 def test_links_settled_once_cost_no_lookup_the_next_time() -> None:
@@ -234,11 +258,11 @@ def test_links_settled_once_cost_no_lookup_the_next_time() -> None:
     state = FakeState(options(), seen=[f"{SITE}/old1", f"{SITE}/old2"])
     front, enqueue = frontier(state)
     page = links(1, f"{SITE}/old1", f"{SITE}/old2", "http://other.test/", "http://[bad/", f"{SITE}/new")
-    front.take(page)
+    front.take([page])
     assert (state.lookups, enqueue.published) == (3, [(1, f"{SITE}/new")])
-    front.take(page)  # /new is seen now: its read settles it
+    front.take([page])  # /new is seen now: its read settles it
     assert state.lookups == 4
-    front.take(page)
+    front.take([page])
     assert state.lookups == 4 and enqueue.published == [(1, f"{SITE}/new")]
     assert state.cut == {
         reason_counter("duplicate"): 2 + 3 + 3,
@@ -254,13 +278,13 @@ def test_a_run_whose_pages_stopped_coming_is_read_afresh() -> None:
     state = FakeState(options(), seen=[f"{SITE}/old"])
     now = [100.0]
     front = Frontier(state, FakeEnqueue(state), clock=lambda: now[0])
-    front.take(links(1, f"{SITE}/old"))
+    front.take([links(1, f"{SITE}/old")])
     now[0] += FORGET_RUN_AFTER_S  # not past it: still the same run
-    front.take(links(1, f"{SITE}/old"))
+    front.take([links(1, f"{SITE}/old")])
     assert state.lookups == 1 and state.forgotten == []
     now[0] += FORGET_RUN_AFTER_S + 0.1
     state.seen_fps.clear()  # the run deleted, its marks with it
-    front.take(links(1, f"{SITE}/old"))
+    front.take([links(1, f"{SITE}/old")])
     assert state.lookups == 2 and state.enqueued == 1
     assert state.forgotten == ["run-1"]
 
@@ -279,14 +303,14 @@ def test_settled_links_are_bounded_and_keep_the_recent_ones() -> None:
 def test_budgets_bound_the_run_and_each_host() -> None:
     state = FakeState(options(max_pages=5, scope="domain"), enqueued=2)
     front, enqueue = frontier(state)
-    front.take(links(1, *(f"{SITE}/p{i}" for i in range(10))))
+    front.take([links(1, *(f"{SITE}/p{i}" for i in range(10)))])
     assert [url for _, url in enqueue.published] == [f"{SITE}/p0", f"{SITE}/p1", f"{SITE}/p2"]
     assert state.cut == {reason_counter("budget"): 7}
 
     state = FakeState(options(max_pages=0, max_pages_per_host=2, scope="domain"))
     front, enqueue = frontier(state)
-    front.take(links(1, f"{SITE}/a", f"{SITE}/b", f"{SITE}/c", "http://x.site.test/a"))
-    front.take(links(1, f"{SITE}/d", "http://x.site.test/b", "http://x.site.test/c"))
+    front.take([links(1, f"{SITE}/a", f"{SITE}/b", f"{SITE}/c", "http://x.site.test/a")])
+    front.take([links(1, f"{SITE}/d", "http://x.site.test/b", "http://x.site.test/c")])
     assert [url for _, url in enqueue.published] == [
         f"{SITE}/a",
         f"{SITE}/b",
@@ -305,7 +329,7 @@ def test_a_calendar_trap_ends_at_the_depth() -> None:
         depth, url = queue.pop(0)
         month = int(url.rsplit("/", 1)[1])
         before = len(enqueue.published)
-        front.take(links(depth + 1, f"{SITE}/cal/{month + 1}", url))
+        front.take([links(depth + 1, f"{SITE}/cal/{month + 1}", url)])
         queue += enqueue.published[before:]
     assert [url for _, url in enqueue.published] == [f"{SITE}/cal/{m}" for m in (1, 2, 3)]
     assert state.cut[reason_counter("depth")] == 2
@@ -313,10 +337,20 @@ def test_a_calendar_trap_ends_at_the_depth() -> None:
 
 def test_links_message_round_trip_and_bounds() -> None:
     message = links(3, f"{SITE}/a")
-    assert PageLinks.decode(message.encode()) == message
-    for body in (b"[]", b"not json", b'{"run_id":"r","depth":0,"page":"x","links":[]}'):
+    assert decode_pages(message.encode()) == [message]
+    other = PageLinks("run-2", 1, f"{SITE}/b", (f"{SITE}/c", f"{SITE}/d"))
+    assert decode_pages(join_pages([message.encode(), other.encode()])) == [message, other]
+    too_many = join_pages([message.encode()] * (MAX_PAGES_A_MESSAGE + 1))
+    for body in (
+        b"[]",
+        b"not json",
+        b'{"run_id":"r","depth":0,"page":"x","links":[]}',
+        b'{"pages":[]}',
+        b'{"pages":[[]]}',
+        too_many,
+    ):
         with pytest.raises(DecodeError):
-            PageLinks.decode(body)
+            decode_pages(body)
 
 
 def test_a_task_carries_its_depth() -> None:
@@ -355,7 +389,7 @@ def test_a_stored_page_sends_its_links_only_in_a_discovery_run() -> None:
     discovering = CrawlTask(url=f"{SITE}/", run_id="run-1", queue="bulk", depth=1)
     (publication,) = after_storing(topology, discovering, page, response).publications
     assert publication.exchange == discovery_exchange(topology.namespace)
-    assert PageLinks.decode(publication.body) == PageLinks("run-1", 2, f"{SITE}/", page.follow)
+    assert decode_pages(publication.body) == [PageLinks("run-1", 2, f"{SITE}/", page.follow)]
     told = Response(
         final_url=f"{SITE}/", status=200, content_type=None, body=b"", robots_tag="noarchive, nofollow"
     )

@@ -1,6 +1,9 @@
 """The worker's part in a discovery run: a stored page's follow-able links go to the frontier
-(producer/frontier.py) as one message, published and confirmed before the page's message is
-acked. A crash between the two leaves the page's message to be delivered again; the page is then
+(producer/frontier.py) as one object, published and confirmed before the page's message is
+acked: joined with the objects of the other pages the consumer loop settles at the same moment,
+as one message (shared/links_message.py, join_pages), so a commit of many pages costs the
+broker one message, not one a page. A crash between the two leaves the page's message to be
+delivered again; the page is then
 stored again (an idempotent upsert) and its links sent again, which the frontier finds seen:
 duplicates it counts, never enqueued twice.
 
@@ -11,16 +14,24 @@ X-Robots-Tag header says nofollow (or none).
 
 from __future__ import annotations
 
-from shared.amqp.broker import Publication
+from shared.amqp.broker import Joining, Publication
 from shared.amqp.topology import LINKS_ROUTING_KEY, Topology, discovery_exchange
 from shared.consumer import Outcome
-from shared.links_message import MAX_LINKS_A_PAGE, PageLinks
+from shared.links_message import (
+    MAX_LINKS_A_PAGE,
+    MAX_LINKS_MESSAGE_BYTES,
+    MAX_PAGES_A_MESSAGE,
+    PageLinks,
+    join_pages,
+)
 from shared.messages import CrawlTask
 from worker.fetch.response import Response
 from worker.parse.fast_fields import robots_says_nofollow
 from worker.parse.page import ParsedPage
 
 _STORED = Outcome.done()
+# A joined message's framing is a dozen bytes: well within the frontier's bound with this margin.
+PAGES_JOINED = Joining(join_pages, MAX_LINKS_MESSAGE_BYTES - 1024, MAX_PAGES_A_MESSAGE)
 
 
 def after_storing(topology: Topology, task: CrawlTask, page: ParsedPage, response: Response) -> Outcome:
@@ -30,5 +41,7 @@ def after_storing(topology: Topology, task: CrawlTask, page: ParsedPage, respons
         return _STORED
     links = PageLinks(task.run_id, task.depth + 1, task.url, page.follow[:MAX_LINKS_A_PAGE])
     return Outcome.forward(
-        Publication(discovery_exchange(topology.namespace), LINKS_ROUTING_KEY, links.encode())
+        Publication(
+            discovery_exchange(topology.namespace), LINKS_ROUTING_KEY, links.encode(), joins=PAGES_JOINED
+        )
     )
