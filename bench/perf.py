@@ -145,6 +145,7 @@ def perf_site(
     root: Path | None = None,
     port: int = SITE_PORT,
     links_per_page: int = 20,
+    prebuild: bool = False,
 ) -> Iterator[SiteProcess]:
     log = (log_dir / "site.log").open("wb")
     site = subprocess.Popen(
@@ -163,6 +164,7 @@ def perf_site(
             *(["--root", str(root)] if root else []),
             "--links-per-page",
             str(links_per_page),
+            *(["--prebuild"] if prebuild else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -131,11 +131,17 @@ def sitemap_files(spec: SiteSpec) -> dict[str, bytes]:
 
 
 class Site:
-    def __init__(self, spec: SiteSpec, with_sitemaps: bool = True) -> None:
+    def __init__(self, spec: SiteSpec, with_sitemaps: bool = True, prebuild: bool = False) -> None:
         self.spec = spec
         # Millions of pages (bench/deep_frontier.py) have their sitemaps written to disk elsewhere.
         self.sitemaps = sitemap_files(spec) if with_sitemaps else {}
         self.pages = {h: {} for h in range(spec.hosts)}  # type: dict[int, dict[int, bytes]]
+        if prebuild:
+            # Every page built before the first request: otherwise the first of two crawls of the
+            # same site pays for building them, and the site's CPU a page differs between them.
+            for host, built in self.pages.items():
+                for n in range(spec.pages_per_host):
+                    built[n] = page_html(spec.origin(host), n, spec.pages_per_host, spec.links_per_page)
         self.served = 0
         self.real_pages = set(spec.real_paths)
         self.real_cache: dict[str, bytes] = {}  # the same bytes on every host
@@ -198,8 +204,8 @@ class Site:
             writer.close()
 
 
-async def serve(spec: SiteSpec, with_sitemaps: bool = True) -> None:
-    site = Site(spec, with_sitemaps)
+async def serve(spec: SiteSpec, with_sitemaps: bool = True, prebuild: bool = False) -> None:
+    site = Site(spec, with_sitemaps, prebuild)
     servers = []
     for h in range(spec.hosts):
 
@@ -233,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         "--links-per-page", type=int, default=20, help="links of a generated page (default 20)"
     )
     parser.add_argument("--no-sitemaps", action="store_true", help="serve pages and robots.txt only")
+    parser.add_argument(
+        "--prebuild", action="store_true", help="build every generated page before serving any"
+    )
     parser.add_argument("--write-urls", metavar="FILE", help="write every page URL to FILE and exit")
     args = parser.parse_args(argv)
     if args.root:
@@ -245,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.write_urls, "w") as out:
             out.write("\n".join(spec.page_urls()) + "\n")
         return 0
-    asyncio.run(serve(spec, with_sitemaps=not args.no_sitemaps))
+    asyncio.run(serve(spec, with_sitemaps=not args.no_sitemaps, prebuild=args.prebuild))
     return 0
 
 
