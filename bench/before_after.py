@@ -22,6 +22,7 @@ removes them afterwards. Needs the local RabbitMQ, Redis and PostgreSQL.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import secrets
 import subprocess
@@ -29,10 +30,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.measure import Children, services_cpu_s, services_delta
+from bench.measure import Children, services_cpu_s, services_delta, services_delta_by_name
 from bench.perf import CPU_CONCURRENCY, LATENCY_CONCURRENCY, SITE_PORT, perf_site, pipeline_env
 from ops.crawl_workers import worker_launches
 from ops.teardown import remove_pipeline
@@ -60,6 +61,11 @@ class Crawl:
     elapsed_s: float
     own_cpu_s: float
     services_cpu_s: float
+    # Our processes' CPU seconds by process (the producer, the worker pool, the dead-letter
+    # consumer): where a change in the "own processes" row comes from.
+    own_by_process: dict[str, float] = field(default_factory=dict)
+    # The services' by service (beam.smp, redis-server, postgres).
+    services_by_name: dict[str, float] = field(default_factory=dict)
 
     def __add__(self, other: Crawl) -> Crawl:
         return Crawl(
@@ -67,7 +73,14 @@ class Crawl:
             self.elapsed_s + other.elapsed_s,
             self.own_cpu_s + other.own_cpu_s,
             self.services_cpu_s + other.services_cpu_s,
+            _summed(self.own_by_process, other.own_by_process),
+            _summed(self.services_by_name, other.services_by_name),
         )
+
+    def share_ms(self, name: str) -> float:
+        """CPU a page of one of our processes or of one service, by name."""
+        spent = self.own_by_process.get(name, self.services_by_name.get(name, 0.0))
+        return 1000 * spent / self.pages
 
     @property
     def pages_per_s(self) -> float:
@@ -80,6 +93,12 @@ class Crawl:
     @property
     def services_ms(self) -> float:
         return 1000 * self.services_cpu_s / self.pages
+
+
+def _summed(one: dict[str, float], other: dict[str, float]) -> dict[str, float]:
+    total = collections.Counter(one)
+    total.update(other)
+    return dict(total)
 
 
 def checkout(commit: str) -> Path:
@@ -138,7 +157,15 @@ def crawl(tree: Path, producer_args: list[str], concurrency: int, log_dir: Path)
         children.stop_all()
         after = services_cpu_s()
         remove_pipeline(settings)
-    return Crawl(stored, elapsed, children.cpu_s(), services_delta(before, after))
+    by_process = {child.name: child.cpu_s for child in children.finished}
+    return Crawl(
+        stored,
+        elapsed,
+        children.cpu_s(),
+        services_delta(before, after),
+        by_process,
+        services_delta_by_name(before, after),
+    )
 
 
 def interleaved(
@@ -172,9 +199,19 @@ def compared(label: str, before: Crawl, after: Crawl, each: list[str]) -> list[t
          f"{before.pages_per_s:.0f}", f"{after.pages_per_s:.0f}", f"{rate:.3f}"),
         ("  CPU a page, own processes",
          f"{before.own_ms:.2f} ms", f"{after.own_ms:.2f} ms", f"{after.own_ms / before.own_ms:.3f}"),
+        *_shares(before, after, sorted(before.own_by_process)),
         ("  CPU a page, RabbitMQ+Redis+PostgreSQL",
          f"{before.services_ms:.2f} ms", f"{after.services_ms:.2f} ms",
          f"{after.services_ms / before.services_ms:.3f}"),
+        *_shares(before, after, sorted(before.services_by_name)),
+    ]  # fmt: skip
+
+
+def _shares(before: Crawl, after: Crawl, names: list[str]) -> list[tuple[str, str, str, str]]:
+    return [
+        (f"    of which {name}", f"{before.share_ms(name):.2f} ms", f"{after.share_ms(name):.2f} ms",
+         f"{after.share_ms(name) / max(before.share_ms(name), 1e-9):.3f}")
+        for name in names
     ]  # fmt: skip
 
 
