@@ -47,6 +47,9 @@ log = logging.getLogger("shared.consumer")  # the name operators know: kept as t
 # What stands in the local buffer for the messages back with their reports (_back_with_report):
 # the thread that takes it decides all of them. Ahead of every message not yet handled.
 _RETURNED = Delivery("", b"", {}, False)
+# Messages back with their reports whose outcomes are handed back together at most: a few
+# writer's batches, so that reports which keep coming do not hold acks back.
+DECIDED_HANDED_BACK_AT = 256
 
 
 class HandlerThreads:
@@ -135,7 +138,9 @@ class HandlerThreads:
                 with self._handling_lock:
                     self._handling_now -= 1
 
-    def _work_on(self, item: LocalItem) -> None:
+    def _work_on(self, item: LocalItem, decided: list[tuple[LocalItem, Outcome]] | None = None) -> None:
+        """Handle one message; its outcome, if it settles it, is handed back to the settling at
+        once, or added to `decided` to be handed back with others."""
         # A message taken as the stop came was never started: give it back. One back with its
         # report was: its outcome is decided now (a page whose row is committed is acked).
         if self.stop_event.is_set() and not item.back:
@@ -146,6 +151,8 @@ class HandlerThreads:
             self.hold(item, outcome)
         elif outcome.report is not None:
             outcome.report.add_done_callback(functools.partial(self._back_with_report, item, outcome.memo))
+        elif decided is not None:
+            decided.append((item, outcome))
         else:
             self.settling.hand_back(item, outcome)
 
@@ -177,7 +184,12 @@ class HandlerThreads:
         self.local.put(LocalItem(-1, 0, next(self.seq), -1, 0, _RETURNED))
 
     def _decide_returned(self) -> None:
-        """Every message back with its report, decided in turn, those that come meanwhile too."""
+        """Every message back with its report, decided in turn, those that come meanwhile too.
+        Their outcomes are handed back together once none is left: one wake of the connection's
+        thread settles them all, and what may be joined of theirs is (a discovery run's links,
+        shared/consumer/settling.py), where handed back one by one the first would often be
+        settled alone before the next was decided."""
+        decided: list[tuple[LocalItem, Outcome]] = []
         try:
             while True:
                 with self._returned_lock:
@@ -186,7 +198,10 @@ class HandlerThreads:
                         return
                     item = self._returned.popleft()
                 if item.generation == self.current.generation:  # else the broker has requeued it
-                    self._work_on(item)
+                    self._work_on(item, decided)
+                if len(decided) >= DECIDED_HANDED_BACK_AT:  # reports that never stop coming
+                    self.settling.hand_back_all(decided)
+                    decided = []
         except BaseException:
             # A bug past the handler (which catches its own): the rest are called for again,
             # or no later report would wake a thread for them and the worker would stall.
@@ -195,6 +210,8 @@ class HandlerThreads:
             if self._returned_called:
                 self.local.put(LocalItem(-1, 0, next(self.seq), -1, 0, _RETURNED))
             raise
+        finally:
+            self.settling.hand_back_all(decided)
 
     def hold(self, item: LocalItem, outcome: Outcome) -> None:
         assert outcome.hold_s is not None

@@ -19,7 +19,7 @@ import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from shared.amqp import broker
@@ -83,12 +83,16 @@ class Settling:
     # ---- the thread that decided the outcome ------------------------------------------------
 
     def hand_back(self, item: LocalItem, outcome: Outcome) -> None:
+        self.hand_back_all(((item, outcome),))
+
+    def hand_back_all(self, decided: Sequence[tuple[LocalItem, Outcome]]) -> None:
+        """Outcomes to be settled in the same wake."""
         connection = self.current.connection
-        if connection is None:
+        if connection is None or not decided:
             return
         with self._settled_lock:
             first = not self._settled
-            self._settled.append((item.generation, item.tag, outcome))
+            self._settled.extend((item.generation, item.tag, outcome) for item, outcome in decided)
         if first:  # otherwise a wake is already on its way
             # If the connection closed meanwhile, the broker requeues the message by itself.
             with contextlib.suppress(*broker.CONNECTION_ERRORS):

@@ -257,7 +257,9 @@ def test_a_message_waiting_for_a_report_comes_back_to_the_handler_with_it_even_a
         threads.join(5.0)
 
 
-def test_messages_back_with_their_reports_together_are_decided_by_one_thread_woken_once() -> None:
+def test_messages_back_with_their_reports_together_are_decided_by_one_thread_and_settled_in_one_wake() -> (
+    None
+):
     # A writer reports a whole batch of rows at once: the messages back with those reports go
     # into the buffer as one item, and the thread that takes it decides them all, in turn; one
     # whose channel has gone meanwhile is not decided (the broker has requeued it).
@@ -268,7 +270,7 @@ def test_messages_back_with_their_reports_together_are_decided_by_one_thread_wok
         if delivery.memo is None:
             return Outcome.back_when(reports[int(delivery.body)], int(delivery.body))
         deciders.append((delivery.memo, threading.current_thread().name))
-        return Outcome.done()
+        return Outcome.forward(Publication("x", "k", delivery.body, joins=JOINED))
 
     threads, channel, current = handler_threads(handler)
     threads._work_on(item(current, 4, b"4"))  # handed in as a handler thread would (none started)
@@ -284,6 +286,8 @@ def test_messages_back_with_their_reports_together_are_decided_by_one_thread_wok
         assert [tag for tag, _name in deciders] == [1, 2, 3]  # in the order they came back
         assert len({name for _tag, name in deciders}) == 1  # one thread decided them
         assert threads.local.qsize() == 0
+        # Handed back together: one wake settles the three, and their publications go joined.
+        assert len(channel.callbacks) == 1 and channel.published == [("x", "k", b"1+2+3")]
     finally:
         stop(threads, current)
 
