@@ -1,9 +1,9 @@
-"""The frontier: what a discovery run does with the links of a page a worker stored.
+"""The frontier: what a discovery run does with the links of the pages a worker stored.
 
-    PageLinks (one or many pages a message) → canonicalise, session ids dropped (invalid: counted) →
-    past the depth, out of scope: counted → seen already (one read): `duplicate` → over a
-    budget: `budget` → the producer's own pipeline (claim, route, publish confirmed, mark seen,
-    count `enqueued`)
+    PageLinks (one or many pages a message) → canonicalise, session ids dropped (invalid:
+    counted) → past the depth, out of scope: counted → seen already (one read): `duplicate` →
+    over a budget: `budget` → the producer's own pipeline (claim, route, publish confirmed,
+    mark seen, count `enqueued`)
 
 Links cut here never entered the run: the run's stats hash counts them by reason, under
 `discovered.<reason>` (DISCOVERY_REASONS), as the producer counts its duplicates. What goes on
@@ -177,7 +177,8 @@ class Frontier:
 
     def take(self, pages: Sequence[PageLinks]) -> LinksOutcome:
         """Follow the links of `pages` (those of one message): each run's together, with one
-        seen read and one publish of what is new for all its pages."""
+        seen read and one counters call for all its pages, and one publish a depth (a host,
+        under a per-host budget) of what is new."""
         outcome = LinksOutcome()
         by_run: dict[str, list[PageLinks]] = {}
         for page in pages:

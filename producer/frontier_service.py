@@ -3,8 +3,9 @@
 It consumes the discovery queue one message at a time (each the links of one or more stored
 pages), and hands each to producer/frontier.py, which publishes what is new through the
 producer's own pipeline. The message is acked once that pipeline has settled every link:
-confirmed and marked seen, or released. One frontier is enough for a crawl (its cost per link is a few microseconds and a
-share of two Redis calls a page); several may run, as several producers may, on the same claims.
+confirmed and marked seen, or released. One frontier is enough for a crawl (its cost is a few
+microseconds a link and a share of a few Redis calls a message); several may run, as several
+producers may, on the same claims.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 acked: joined with the objects of the other pages the consumer loop settles at the same moment,
 as one message (shared/links_message.py, join_pages), so a commit of many pages costs the
 broker one message, not one a page. A crash between the two leaves the page's message to be
-delivered again; the page is then
-stored again (an idempotent upsert) and its links sent again, which the frontier finds seen:
-duplicates it counts, never enqueued twice.
+delivered again; the page is then stored again (an idempotent upsert) and its links sent again,
+which the frontier finds seen: duplicates it counts, never enqueued twice.
 
 Followed: the page's <a href> and <area href>, resolved against its <base> (worker/parse/page.py),
 http(s) only, not rel="nofollow"; none at all from a page whose <meta name="robots"> or
