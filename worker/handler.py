@@ -18,7 +18,8 @@ domains' slots (`holds`, worker/handling/waits.py) and the hand-over of rows to 
 or the dead-letter exchange (worker/handling/forwards.py); the shapes of what it is handed are
 in worker/handling/ports.py. Each step ends in a value of worker/handling/endings.py, and one
 method, `decide`, turns it into the outcome and the ack: a stored page's twice, as its row goes
-to the writer and when its message comes back to a handler thread with the writer's report.
+to the writer and when its message comes back with the writer's report (on the connection's
+thread, so that decision never waits: docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -115,6 +115,7 @@ class ConnectionThread:
         while self.current.connection is not None:  # None once lost and the stop came before a reconnect
             try:
                 while not self.stop_event.is_set():
+                    self.threads.decide_returned()
                     self.settling.settle_waiting()
                     self.current.connection.process_data_events(time_limit=POLL_S)
                 self._drain()
@@ -215,6 +216,7 @@ class ConnectionThread:
         deadline = time.monotonic() + min(self.settings.fetch_deadline_s + 5, MAX_DRAIN_S)
         while current.unsettled and (left_s := deadline - time.monotonic()) > 0:
             current.connection.process_data_events(time_limit=min(POLL_S, left_s))
+            self.threads.decide_returned()
             self.settling.settle_waiting()
         if current.unsettled:
             log.warning(

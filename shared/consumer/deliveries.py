@@ -81,7 +81,10 @@ class Outcome:
         with `memo` as its Delivery.memo, once `report` is done (resolved on any thread, as
         the worker's database writer reports a row's commit). The handler's thread goes on to
         its next message meanwhile, and the handler decides the outcome when the message comes
-        back, on a handler thread, even once the service is stopping."""
+        back, even once the service is stopping. That decision runs on the connection's thread,
+        where pika waits for it: it must not wait on anything (the worker's reads the report,
+        counts a metric and queues a mark), and a ServiceUnavailable from it sends the message
+        back to its queue."""
         return cls(ack=False, report=report, memo=memo)
 
 

@@ -3,25 +3,29 @@
 A handler thread takes a message from the local buffer (shared/consumer/local_buffer.py) and calls the
 service's handler, again while what it needs is unavailable, until the stop. What the handler
 returns goes on from there: into the timer heap of held messages (shared/consumer/holds.py) for
-`Outcome.hold`, back into the local buffer once its report is done for `Outcome.back_when` (the
-handler then decides on a handler thread what the report means), and otherwise back to the
-connection's thread to be settled (shared/consumer/settling.py). A thread that finds no message waiting
-calls the service's idle hooks first. The timer thread hands each held message back to the
-buffer when it is due.
+`Outcome.hold`, back to the handler once its report is done for `Outcome.back_when`, and
+otherwise back to the connection's thread to be settled (shared/consumer/settling.py). A thread
+that finds no message waiting calls the service's idle hooks first. The timer thread hands each
+held message back to the buffer when it is due.
 
-Messages back with their reports are decided in batches: the writer reports a whole batch of
-rows at once, and one handler thread, woken once, decides every message back by then in turn
-(`_decide_returned`), instead of a thread woken from its wait for each. Each wake is a futex
-handoff and a GIL switch; a stored page's message used to cost one more of them than its ack.
+Messages back with their reports are decided on the connection's thread, in batches
+(`decide_returned`): the writer reports a whole batch of rows at once, the first of them wakes
+that thread, and it decides every message back by then in turn and settles them in the same
+wake. A handler thread woken for them instead cost every stored page's batch one more futex
+handoff and GIL switch than its ack needs, and the handler threads' CPU a page 3 % (the
+contention of one more runnable thread, not more instructions: docs/PERFORMANCE.md). Such a
+decision is short and never waits (the worker's: the report's error, a metric, a mark queued),
+which `Outcome.back_when` asks of a handler.
 
-Apart from the connection's thread because none of this touches pika: only that thread does.
-It calls on this part to park a message as it comes (`hold`) and, as it stops, for the quiet
-hook (`call_if_quiet`).
+Apart from the connection's thread because none of the rest touches pika: only that thread
+does. It calls on this part to park a message as it comes (`hold`), to decide the messages back
+(`decide_returned`) and, as it stops, for the quiet hook (`call_if_quiet`).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -34,6 +38,7 @@ from collections.abc import Callable
 from tenacity import Retrying, stop_when_event_set
 
 from shared import metrics, retrying
+from shared.amqp import broker
 from shared.consumer.deliveries import ConsumerHooks, Delivery, Handler, Outcome, StopEvent
 from shared.consumer.holds import HeldMessages
 from shared.consumer.local_buffer import LocalItem, LocalQueue
@@ -44,9 +49,6 @@ from shared.errors import ServiceUnavailable, one_line
 # them: log filters and alerts select on it (the `logger` of docs/OPERATING.md's JSON logs).
 log = logging.getLogger("shared.consumer")  # the name operators know: kept as the module moved
 
-# What stands in the local buffer for the messages back with their reports (_back_with_report):
-# the thread that takes it decides all of them. Ahead of every message not yet handled.
-_RETURNED = Delivery("", b"", {}, False)
 # Messages back with their reports whose outcomes are handed back together at most: a few
 # writer's batches, so that reports which keep coming do not hold acks back.
 DECIDED_HANDED_BACK_AT = 256
@@ -84,11 +86,10 @@ class HandlerThreads:
         self._handling_now = 0  # handler threads between taking a message and handing it on
         self._handling_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        # Messages back with their reports, to be decided; `_returned_called` while a _RETURNED
-        # item for them is in the buffer or a thread decides them, so that one wake serves all.
+        # Messages back with their reports, to be decided on the connection's thread: the first
+        # into an empty deque wakes it, and one wake serves all that come until it empties it.
         self._returned: collections.deque[LocalItem] = collections.deque()
         self._returned_lock = threading.Lock()
-        self._returned_called = False
 
     def start(self) -> None:
         self._threads = [
@@ -118,7 +119,7 @@ class HandlerThreads:
             except queue.Empty:
                 self._idle()
                 item = self.local.get()  # the stop sends each thread an item too (wake)
-            if item.generation != self.current.generation and item.delivery is not _RETURNED:
+            if item.generation != self.current.generation:
                 # A stale item's channel is gone and the broker has requeued it.
                 if self.stop_event.is_set() and self.current.connection is None:
                     return
@@ -126,10 +127,7 @@ class HandlerThreads:
             with self._handling_lock:
                 self._handling_now += 1
             try:
-                if item.delivery is _RETURNED:
-                    self._decide_returned()
-                else:
-                    self._work_on(item)
+                self._work_on(item)
             except Exception:
                 # Our bug in settling an outcome: the message stays unacked until its channel
                 # closes (and the broker requeues it); the thread goes on with the next.
@@ -138,15 +136,19 @@ class HandlerThreads:
                 with self._handling_lock:
                     self._handling_now -= 1
 
-    def _work_on(self, item: LocalItem, decided: list[tuple[LocalItem, Outcome]] | None = None) -> None:
-        """Handle one message; its outcome, if it settles it, is handed back to the settling at
-        once, or added to `decided` to be handed back with others."""
-        # A message taken as the stop came was never started: give it back. One back with its
-        # report was: its outcome is decided now (a page whose row is committed is acked).
-        if self.stop_event.is_set() and not item.back:
-            outcome = Outcome.reject(requeue=True)
+    def _work_on(self, item: LocalItem) -> None:
+        """Handle one message taken from the buffer, on a handler thread."""
+        # A message taken as the stop came was never started: give it back.
+        if self.stop_event.is_set():
+            self._hand_on(item, Outcome.reject(requeue=True))
         else:
-            outcome = self.handle(item.delivery)
+            self._hand_on(item, self.handle(item.delivery))
+
+    def _hand_on(
+        self, item: LocalItem, outcome: Outcome, decided: list[tuple[LocalItem, Outcome]] | None = None
+    ) -> None:
+        """Where the handler's outcome takes the message: held, waiting for its report, or
+        handed back to the settling at once (or added to `decided`, settled with others)."""
         if outcome.hold_s is not None:
             self.hold(item, outcome)
         elif outcome.report is not None:
@@ -158,12 +160,11 @@ class HandlerThreads:
 
     def _back_with_report(self, item: LocalItem, memo: object, _report: object) -> None:
         """On the thread that resolved the report: the message back, with `memo` for the
-        handler, to be decided ahead of every message not yet handled (its decision is short,
-        and its ack frees a prefetch slot). The first of a batch puts a _RETURNED item in the
-        buffer, which wakes one thread for them all."""
+        handler, to be decided on the connection's thread. The first of a batch wakes it for
+        them all."""
         delivery = item.delivery
         back = LocalItem(
-            -1,
+            item.rank,
             item.priority,
             item.seq,
             item.generation,
@@ -174,44 +175,44 @@ class HandlerThreads:
                 delivery.queue, delivery.body, delivery.headers, delivery.redelivered, delivery.priority, memo
             ),
             item.parked,
-            back=True,
         )
         with self._returned_lock:
+            first = not self._returned
             self._returned.append(back)
-            if self._returned_called:
-                return  # a thread is called for them already, or decides them now
-            self._returned_called = True
-        self.local.put(LocalItem(-1, 0, next(self.seq), -1, 0, _RETURNED))
+        connection = self.current.connection
+        if first and connection is not None:  # otherwise a wake is on its way, or none is needed
+            # If the connection closed meanwhile, the broker requeues the message by itself;
+            # and if the wake is lost with it, the loop's next pass decides what waits.
+            with contextlib.suppress(*broker.CONNECTION_ERRORS):
+                connection.add_callback_threadsafe(self.decide_returned)
 
-    def _decide_returned(self) -> None:
-        """Every message back with its report, decided in turn, those that come meanwhile too.
-        Their outcomes are handed back together once none is left: one wake of the connection's
-        thread settles them all, and what may be joined of theirs is (a discovery run's links,
-        shared/consumer/settling.py), where handed back one by one the first would often be
-        settled alone before the next was decided."""
+    def decide_returned(self) -> None:
+        """On the connection's thread: every message back with its report, decided in turn,
+        those that come meanwhile too, and settled together once none is left, so that what
+        may be joined of theirs is (a discovery run's links, shared/consumer/settling.py).
+        Called by each wake, and on every pass of the loop, so a wake lost with a connection
+        strands nothing."""
         decided: list[tuple[LocalItem, Outcome]] = []
-        try:
-            while True:
-                with self._returned_lock:
-                    if not self._returned:
-                        self._returned_called = False
-                        return
-                    item = self._returned.popleft()
-                if item.generation == self.current.generation:  # else the broker has requeued it
-                    self._work_on(item, decided)
-                if len(decided) >= DECIDED_HANDED_BACK_AT:  # reports that never stop coming
-                    self.settling.hand_back_all(decided)
-                    decided = []
-        except BaseException:
-            # A bug past the handler (which catches its own): the rest are called for again,
-            # or no later report would wake a thread for them and the worker would stall.
+        while True:
             with self._returned_lock:
-                self._returned_called = bool(self._returned)
-            if self._returned_called:
-                self.local.put(LocalItem(-1, 0, next(self.seq), -1, 0, _RETURNED))
-            raise
-        finally:
-            self.settling.hand_back_all(decided)
+                if not self._returned:
+                    break
+                item = self._returned.popleft()
+            if item.generation != self.current.generation:
+                continue  # from a channel since closed: the broker has requeued it
+            try:
+                # Even once the stop came: its handling is done but for the decision (a page
+                # whose row is committed is acked). Never waited out on this thread: pika waits.
+                self._hand_on(item, self.handle(item.delivery, wait_out=False), decided)
+            except Exception:
+                # Our bug past the handler (which catches its own): this message stays unacked
+                # until its channel closes; the others are decided all the same.
+                log.exception("%s could not decide a message back with its report", self.name)
+            if len(decided) >= DECIDED_HANDED_BACK_AT:  # reports that never stop coming
+                self.settling.settle_now(decided)
+                decided = []
+        if decided:
+            self.settling.settle_now(decided)
 
     def hold(self, item: LocalItem, outcome: Outcome) -> None:
         assert outcome.hold_s is not None
@@ -270,15 +271,17 @@ class HandlerThreads:
             handling = self._handling_now
         return handling == 0 and self.local.empty() and len(self.held) == 0
 
-    def handle(self, delivery: Delivery) -> Outcome:
-        """The handler's outcome for `delivery`: after waiting out an unavailable service, and
-        a reject when the handler fails."""
+    def handle(self, delivery: Delivery, wait_out: bool = True) -> Outcome:
+        """The handler's outcome for `delivery`: after waiting out an unavailable service
+        (`wait_out`; else it goes back to its queue), and a reject when the handler fails."""
         try:
             try:
-                # Called plainly first: the retrying loop costs a few microseconds a call, twice a
-                # stored page, and is only needed once a service is away.
+                # Called plainly first: the retrying loop costs a few microseconds a call, and is
+                # only needed once a service is away.
                 return self.handler(delivery)
             except ServiceUnavailable as outage:
+                if not wait_out:
+                    raise
                 # The loop goes on from this first failure: its first pause, log line and stop
                 # check as if it had made the call itself.
                 return self._handling(_FailedOnce(outage, self.handler), delivery)

@@ -26,9 +26,6 @@ class LocalItem:
     tag: int = field(compare=False)
     delivery: Delivery = field(compare=False)
     parked: bool = field(default=False, compare=False)  # held as it came, before any handling
-    # Back with the report it waited for (Outcome.back_when): its handling is done but for the
-    # decision, so it is decided even once the stop came, and before messages not yet handled.
-    back: bool = field(default=False, compare=False)
 
 
 class LocalQueue(queue.PriorityQueue[LocalItem]):

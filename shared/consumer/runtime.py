@@ -17,9 +17,10 @@ messages that come due together go to one handler thread, which takes them in tu
 
 A handler whose last step finishes on another thread (the worker's batched database commit)
 returns `Outcome.back_when(report, memo)`: its thread goes on to the next message at once, and
-once `report` is done the message comes back to a handler thread, with `memo`, for the handler
-to decide its outcome from the report; the other thread only reports. Until then the message
-stays unacked, and counts against the prefetch like any other. `when_quiet` is called on the
+once `report` is done the message comes back to the handler, with `memo`, on the connection's
+thread, to decide its outcome from the report (a decision that never waits) and be settled in
+the same wake; the other thread only reports. Until then the message stays unacked, and counts
+against the prefetch like any other. `when_quiet` is called on the
 handler thread that finds the service with nothing else in hand (no message waiting or held,
 no other thread handling one): what waits on another thread then waits for nothing (the worker
 commits its batch at once).

@@ -100,6 +100,13 @@ class Settling:
 
     # ---- the connection's thread ------------------------------------------------------------
 
+    def settle_now(self, decided: Sequence[tuple[LocalItem, Outcome]]) -> None:
+        """Outcomes decided on the connection's thread, settled at once with every other one
+        waiting (and joined with them where they may be)."""
+        with self._settled_lock:
+            self._settled.extend((item.generation, item.tag, outcome) for item, outcome in decided)
+        self.settle_waiting()
+
     def settle_waiting(self) -> None:
         with self._settled_lock:
             waiting, self._settled = self._settled, collections.deque()

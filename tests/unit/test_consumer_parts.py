@@ -212,13 +212,20 @@ def test_handler_threads_hand_each_outcome_to_the_settling_and_hold_what_asks_to
     assert not any(t.name.startswith("parts-") for t in threading.enumerate())
 
 
+def run_wakes(channel: FakeChannel) -> None:
+    """Run the callbacks queued for the connection's thread, as its next pass inside pika would."""
+    callbacks, channel.callbacks = channel.callbacks, []
+    for callback in callbacks:
+        callback()
+
+
 def test_a_message_waiting_for_a_report_comes_back_to_the_handler_with_it_even_after_the_stop() -> None:
     # As a stored page waits for its row's commit: the handler's thread goes on, the message
     # stays unacked, and once the report is done (on another thread) the handler is called
-    # again with the memo and decides; a message back with its report is decided after the stop
-    # came too, where one not yet started goes back to its queue.
+    # again with the memo, on the connection's thread, and decides; a message back with its
+    # report is decided after the stop came too, where one not yet started goes back to its queue.
     reports = {tag: concurrent.futures.Future[None]() for tag in (1, 2)}
-    decided: list[tuple[bytes, Any]] = []
+    decided: list[tuple[bytes, Any, str]] = []
     handed: list[int] = []
 
     def handler(delivery: Delivery) -> Outcome:
@@ -226,7 +233,7 @@ def test_a_message_waiting_for_a_report_comes_back_to_the_handler_with_it_even_a
             tag = int(delivery.body)
             handed.append(tag)
             return Outcome.back_when(reports[tag], ("row", tag))
-        decided.append((delivery.body, delivery.memo))
+        decided.append((delivery.body, delivery.memo, threading.current_thread().name))
         failed = reports[delivery.memo[1]].exception(timeout=0)
         return Outcome.done() if failed is None else Outcome.reject(requeue=True)
 
@@ -236,6 +243,7 @@ def test_a_message_waiting_for_a_report_comes_back_to_the_handler_with_it_even_a
         threads.local.put(item(current, 1, b"1"))
         threads.local.put(item(current, 2, b"2"))
         wait_for(lambda: len(handed) == 2)
+        run_wakes(channel)
         threads.settling.settle_waiting()
         assert channel.acked == [] and channel.rejected == []  # both unacked, no thread busy
         reports[1].set_result(None)
@@ -244,12 +252,14 @@ def test_a_message_waiting_for_a_report_comes_back_to_the_handler_with_it_even_a
         reports[2].set_exception(RuntimeError("the database went away"))
 
         def settled_all() -> bool:
+            run_wakes(channel)  # as the connection's thread does when woken
             threads.settling.settle_waiting()
             return len(channel.acked) + len(channel.rejected) == 3
 
         wait_for(settled_all)
         assert channel.acked == [1] and sorted(channel.rejected) == [(2, True), (3, True)]
-        assert sorted(decided) == [(b"1", ("row", 1)), (b"2", ("row", 2))]
+        here = threading.current_thread().name  # the test stands in for the connection's thread
+        assert sorted(decided) == [(b"1", ("row", 1), here), (b"2", ("row", 2), here)]
     finally:
         threads.stop_event.set()
         current.forget()
@@ -257,72 +267,66 @@ def test_a_message_waiting_for_a_report_comes_back_to_the_handler_with_it_even_a
         threads.join(5.0)
 
 
-def test_messages_back_with_their_reports_together_are_decided_by_one_thread_and_settled_in_one_wake() -> (
-    None
-):
-    # A writer reports a whole batch of rows at once: the messages back with those reports go
-    # into the buffer as one item, and the thread that takes it decides them all, in turn; one
-    # whose channel has gone meanwhile is not decided (the broker has requeued it).
+def test_messages_back_with_their_reports_together_are_decided_and_settled_in_one_wake() -> None:
+    # A writer reports a whole batch of rows at once: the first message back wakes the
+    # connection's thread, which decides them all in turn and settles them in the same wake;
+    # one whose channel has gone meanwhile is not decided (the broker has requeued it).
     reports = {tag: concurrent.futures.Future[None]() for tag in (1, 2, 3, 4)}
-    deciders: list[tuple[int, str]] = []
+    deciders: list[int] = []
 
     def handler(delivery: Delivery) -> Outcome:
         if delivery.memo is None:
             return Outcome.back_when(reports[int(delivery.body)], int(delivery.body))
-        deciders.append((delivery.memo, threading.current_thread().name))
+        deciders.append(delivery.memo)
         return Outcome.forward(Publication("x", "k", delivery.body, joins=JOINED))
 
-    threads, channel, current = handler_threads(handler)
-    threads._work_on(item(current, 4, b"4"))  # handed in as a handler thread would (none started)
+    threads, channel, current = handler_threads(handler)  # no handler thread started
+    threads._work_on(item(current, 4, b"4"))  # handed in as a handler thread would
     current.use(channel, channel, channel, channel.basic_ack)  # a reconnect: tag 4's channel is gone
     for tag in (1, 2, 3):
         threads._work_on(item(current, tag, str(tag).encode()))
     for report in reports.values():  # as the writer resolves a committed batch's reports
         report.set_result(None)
-    assert threads.local.qsize() == 1  # one item, one wake, for the four
-    threads.start()
-    try:
-        acked_once_settled(threads, channel, [1, 2, 3])
-        assert [tag for tag, _name in deciders] == [1, 2, 3]  # in the order they came back
-        assert len({name for _tag, name in deciders}) == 1  # one thread decided them
-        assert threads.local.qsize() == 0
-        # Handed back together: one wake settles the three, and their publications go joined.
-        assert len(channel.callbacks) == 1 and channel.published == [("x", "k", b"1+2+3")]
-    finally:
-        stop(threads, current)
+    assert channel.callbacks == [threads.decide_returned]  # one wake for the four
+    assert threads.local.qsize() == 0 and channel.acked == []
+    run_wakes(channel)
+    assert deciders == [1, 2, 3]  # in the order they came back
+    # Settled in that wake, their publications joined, and no other wake asked for.
+    assert channel.published == [("x", "k", b"1+2+3")] and channel.acked == [1, 2, 3]
+    assert channel.callbacks == [] and current.unsettled == set()
 
 
-def test_a_failure_settling_one_message_back_leaves_the_others_back_to_be_decided() -> None:
-    # A bug past the handler, here the settling's wake raising once: the thread deciding the
-    # messages back logs it, and the rest of them are still decided and acked.
+class BrokenReport(concurrent.futures.Future[None]):
+    """A report that cannot be waited on: a bug past the handler, as the loop meets it."""
+
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[None]], object]) -> None:
+        raise RuntimeError("a bug past the handler")
+
+
+def test_a_lost_wake_or_a_bug_deciding_one_message_back_strands_none_of_the_others() -> None:
+    # The wake for the messages back is lost (the connection closing as the writer reports),
+    # and handing on one of them meets a bug: the loop's next pass on the connection's thread
+    # decides the others all the same, and the one it failed on stays unacked.
     reports = {tag: concurrent.futures.Future[None]() for tag in (1, 2, 3)}
-    raised: list[int] = []
 
     def handler(delivery: Delivery) -> Outcome:
         if delivery.memo is None:
             return Outcome.back_when(reports[int(delivery.body)], int(delivery.body))
-        return Outcome.done()
+        return Outcome.back_when(BrokenReport(), "again") if delivery.memo == 2 else Outcome.done()
 
     threads, channel, current = handler_threads(handler)
-    wake = channel.add_callback_threadsafe
 
-    def raising_once(callback: Callable[[], None]) -> None:
-        if not raised:
-            raised.append(1)
-            raise RuntimeError("a bug in settling")
-        wake(callback)
+    def closing(_callback: Callable[[], None]) -> None:
+        raise pika.exceptions.ConnectionWrongStateError("the connection is closing")
 
-    channel.add_callback_threadsafe = raising_once  # type: ignore[method-assign]
+    channel.add_callback_threadsafe = closing  # type: ignore[method-assign,assignment]
     for tag in (1, 2, 3):
         threads._work_on(item(current, tag, str(tag).encode()))
     for report in reports.values():
-        report.set_result(None)
-    threads.start()
-    try:
-        acked_once_settled(threads, channel, [1, 2, 3])
-        assert raised == [1]
-    finally:
-        stop(threads, current)
+        report.set_result(None)  # no wake reached the connection's thread
+    assert channel.acked == [] and current.unsettled == {1, 2, 3}
+    threads.decide_returned()  # the loop's next pass
+    assert channel.acked == [1, 3] and current.unsettled == {2}
 
 
 def test_the_handler_is_called_again_after_a_pause_while_a_service_is_away() -> None:

@@ -2,9 +2,10 @@
 (worker/handler.py) turns into the delivery's outcome and its ack, the one place that does.
 
 Each step of the story returns one of these instead of an ack of its own. A stored page ends
-twice: `Stored` once its row is handed to the writer, `Written` when its message comes back to a
-handler thread with the writer's report on that row (committed, or the error that kept it out).
-The writer only reports; what the report means for the message is decided with the rest.
+twice: `Stored` once its row is handed to the writer, `Written` when its message comes back to
+the handler (on the connection's thread) with the writer's report on that row (committed, or
+the error that kept it out). The writer only reports; what the report means for the message
+is decided with the rest.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ Ending = Stored | Written | Skipped | Failed | Passed
 
 @dataclass(frozen=True)
 class RowHandedIn:
-    """A stored page's message while its row is with the writer (its Delivery.memo): back on a
-    handler thread once `report` is done."""
+    """A stored page's message while its row is with the writer (its Delivery.memo): back to the
+    handler, on the connection's thread, once `report` is done."""
 
     stored: Stored
     report: concurrent.futures.Future[None]
