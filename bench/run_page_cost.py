@@ -79,7 +79,7 @@ def writer_us_per_row(
     conn: psycopg.Connection[Any], batches: int = 10, rows: int = 200, rounds: int = 7
 ) -> dict[str, float]:
     """What a worker's commit costs a row, with the counting triggers and without: STORE_PAGE in
-    transactions of `rows` (a full writer batch), as worker/store/commit.py sends them."""
+    transactions of `rows` (a full writer batch), as worker/store/writer.py sends them."""
 
     def batch(run: str, first: int) -> list[dict[str, Any]]:
         return [
