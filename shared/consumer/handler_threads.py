@@ -49,9 +49,9 @@ from shared.errors import ServiceUnavailable, one_line
 # them: log filters and alerts select on it (the `logger` of docs/OPERATING.md's JSON logs).
 log = logging.getLogger("shared.consumer")  # the name operators know: kept as the module moved
 
-# Messages back with their reports whose outcomes are handed back together at most: a few
+# Messages back with their reports decided before they are settled together, at most: a few
 # writer's batches, so that reports which keep coming do not hold acks back.
-DECIDED_HANDED_BACK_AT = 256
+DECIDED_SETTLED_AT = 256
 
 
 class HandlerThreads:
@@ -208,7 +208,7 @@ class HandlerThreads:
                 # Our bug past the handler (which catches its own): this message stays unacked
                 # until its channel closes; the others are decided all the same.
                 log.exception("%s could not decide a message back with its report", self.name)
-            if len(decided) >= DECIDED_HANDED_BACK_AT:  # reports that never stop coming
+            if len(decided) >= DECIDED_SETTLED_AT:  # reports that never stop coming
                 self.settling.settle_now(decided)
                 decided = []
         if decided:

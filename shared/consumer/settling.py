@@ -83,16 +83,13 @@ class Settling:
     # ---- the thread that decided the outcome ------------------------------------------------
 
     def hand_back(self, item: LocalItem, outcome: Outcome) -> None:
-        self.hand_back_all(((item, outcome),))
-
-    def hand_back_all(self, decided: Sequence[tuple[LocalItem, Outcome]]) -> None:
-        """Outcomes to be settled in the same wake."""
+        """An outcome decided on a handler thread, to be settled in the connection's next wake."""
         connection = self.current.connection
-        if connection is None or not decided:
+        if connection is None:
             return
         with self._settled_lock:
             first = not self._settled
-            self._settled.extend((item.generation, item.tag, outcome) for item, outcome in decided)
+            self._settled.append((item.generation, item.tag, outcome))
         if first:  # otherwise a wake is already on its way
             # If the connection closed meanwhile, the broker requeues the message by itself.
             with contextlib.suppress(*broker.CONNECTION_ERRORS):
