@@ -12,7 +12,7 @@ Messages back with their reports are decided on the connection's thread, in batc
 (`decide_returned`): the writer reports a whole batch of rows at once, the first of them wakes
 that thread, and it decides every message back by then in turn and settles them in the same
 wake. A handler thread woken for them instead cost every stored page's batch one more futex
-handoff and GIL switch than its ack needs, and the handler threads' CPU a page 3 % (the
+handoff and GIL switch than its ack needs, and the handler threads more CPU a page (the
 contention of one more runnable thread, not more instructions: docs/PERFORMANCE.md). Such a
 decision is short and never waits (the worker's: the report's error, a metric, a mark queued),
 which `Outcome.back_when` asks of a handler.
