@@ -12,7 +12,7 @@ straight after the build and again after a vacuum of run_counters:
   (ops.accounting.account_on, the replayed count, ops.run_progress.ProgressReader.read);
 - runs list: ops.accounting.latest_runs(50);
 - for comparison, the count(*) queries that ops.accounting ran before the counters;
-- what the counters cost a worker's commit: STORE_PAGE in 200-row transactions, with the
+- what the counters cost a worker's commit: STORE_PAGES for 200-row batches, with the
   triggers and with them disabled (in this schema only), in µs a row.
 
 It checks the figures are exact (the counters against count(*)) and prints one JSON line.
@@ -36,7 +36,7 @@ from ops.run_progress import ProgressReader
 from ops.status import REPLAYED_OF_RUN
 from shared.postgres import db
 from shared.settings import Settings
-from worker.store.rows import STORE_PAGE, PageRow, page_params
+from worker.store.rows import STORE_PAGES, PageRow, page_params
 
 RUN = "bench-big"
 CHUNK_ROWS = 2_000  # rows per transaction while building: a few worker batches' worth
@@ -78,8 +78,8 @@ def build(conn: psycopg.Connection[Any], pages: int, dead: int, runs: int) -> fl
 def writer_us_per_row(
     conn: psycopg.Connection[Any], batches: int = 10, rows: int = 200, rounds: int = 7
 ) -> dict[str, float]:
-    """What a worker's commit costs a row, with the counting triggers and without: STORE_PAGE in
-    transactions of `rows` (a full writer batch), as worker/store/writer.py sends them."""
+    """What a worker's commit costs a row, with the counting triggers and without: STORE_PAGES for
+    batches of `rows` (a full writer batch), as worker/store/writer.py sends them."""
 
     def batch(run: str, first: int) -> list[dict[str, Any]]:
         return [
@@ -118,8 +118,7 @@ def writer_us_per_row(
             prepared = [batch(f"bench-writer-{round_}-{label}", b * rows) for b in range(batches)]
             started = time.perf_counter()
             for params in prepared:
-                with conn.transaction(), conn.cursor() as cur:
-                    cur.executemany(STORE_PAGE, params)
+                STORE_PAGES.execute(conn, params)
             taken[label].append((time.perf_counter() - started) * 1e6 / (batches * rows))
     conn.execute("ALTER TABLE pages ENABLE TRIGGER USER")  # this schema's only
     return {label: round(statistics.median(times), 1) for label, times in taken.items()}

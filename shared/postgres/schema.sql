@@ -242,6 +242,8 @@ BEGIN
 END
 $$;
 
+-- The page triggers' row form, which the blocks below create on a database that had no
+-- counters or no timeline yet, before the statement form takes their place (at the end).
 CREATE OR REPLACE FUNCTION run_counters_page() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
 BEGIN
@@ -434,8 +436,9 @@ CREATE INDEX IF NOT EXISTS skips_recorded_at ON skips (recorded_at);
 -- 50 minutes of each table (the time indexes).
 DO $$
 BEGIN
-    IF (SELECT pg_get_triggerdef(oid) FROM pg_trigger
-        WHERE tgrelid = 'pages'::regclass AND tgname = 'pages_counted_update') LIKE '%fetched_at%' THEN
+    -- A statement trigger (below) counts commit times by itself: this was done before it came.
+    IF (SELECT tgtype & 1 = 0 OR pg_get_triggerdef(oid) LIKE '%fetched_at%' FROM pg_trigger
+        WHERE tgrelid = 'pages'::regclass AND tgname = 'pages_counted_update') THEN
         RETURN;
     END IF;
     LOCK TABLE pages, dead_letters, skips IN SHARE ROW EXCLUSIVE MODE;
@@ -470,5 +473,77 @@ BEGIN
           SELECT run_id, 'skip', date_bin('10 seconds', recorded_at, timestamptz 'epoch')
           FROM skips WHERE recorded_at > now() - interval '50 minutes') AS recent
     GROUP BY run_id, kind, b;
+END
+$$;
+
+-- A stored page is counted a statement at a time: the worker's writer stores a batch's pages in
+-- one statement (worker/store/rows.py STORE_PAGES), so one counter upsert a batch instead of one
+-- a row. A statement's changes are what its rows became (`written`) less what they were
+-- (`replaced`, for an update), summed by run and commit time: an update that changes nothing
+-- counted sums to nothing and is not counted, a redelivery's rewrite moves its page from the
+-- old commit time's bucket to now's, a page moved to another run leaves the first. Commit times
+-- in order, so that each writer's open bucket (run_count) only moves forward.
+CREATE OR REPLACE FUNCTION run_counters_pages_written() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+DECLARE
+    g record;
+BEGIN
+    -- An upsert fires both triggers, and mostly only one of them has rows: the other's whole
+    -- work is this look.
+    IF TG_OP = 'INSERT' THEN
+        IF NOT EXISTS (SELECT FROM written) THEN
+            RETURN NULL;
+        END IF;
+        FOR g IN
+            SELECT run_id, fetched_at, count(*) AS n, count(*) FILTER (WHERE from_cache) AS from_cache,
+                   count(*) FILTER (WHERE failed_attempts > 0) AS after_retry,
+                   coalesce(sum(failed_attempts), 0) AS retries,
+                   count(*) FILTER (WHERE writes > 1) AS rewritten
+            FROM written GROUP BY run_id, fetched_at ORDER BY fetched_at
+        LOOP
+            PERFORM run_count(g.run_id, 'page', '', g.n, g.from_cache, g.after_retry, g.retries,
+                              g.rewritten, g.fetched_at, g.fetched_at, g.n);
+        END LOOP;
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (SELECT FROM replaced) THEN
+        RETURN NULL;
+    END IF;
+    FOR g IN
+        SELECT * FROM (
+            SELECT run_id, fetched_at, sum(sign) AS n, sum(sign * from_cache::int) AS from_cache,
+                   sum(sign * (failed_attempts > 0)::int) AS after_retry,
+                   sum(sign * failed_attempts) AS retries, sum(sign * (writes > 1)::int) AS rewritten
+            FROM (SELECT 1 AS sign, run_id, fetched_at, from_cache, failed_attempts, writes FROM written
+                  UNION ALL
+                  SELECT -1, run_id, fetched_at, from_cache, failed_attempts, writes FROM replaced) AS change
+            GROUP BY run_id, fetched_at) AS summed
+        WHERE (n, from_cache, after_retry, retries, rewritten) <> (0, 0, 0, 0, 0)
+        ORDER BY fetched_at
+    LOOP
+        PERFORM run_count(g.run_id, 'page', '', g.n, g.from_cache, g.after_retry, g.retries,
+                          g.rewritten, g.fetched_at, g.fetched_at, g.n);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- The page triggers made statement triggers, once, holding the table against writes while the
+-- row triggers give way to them: a row is counted by exactly one of the two. The counters stay
+-- as they are: both count the same.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pages'::regclass
+                   AND tgname IN ('pages_counted', 'pages_counted_update') AND tgtype & 1 = 1) THEN
+        RETURN;  -- bit 1 of tgtype: a row trigger
+    END IF;
+    LOCK TABLE pages IN SHARE ROW EXCLUSIVE MODE;
+    DROP TRIGGER IF EXISTS pages_counted ON pages;
+    DROP TRIGGER IF EXISTS pages_counted_update ON pages;
+    CREATE TRIGGER pages_counted AFTER INSERT ON pages REFERENCING NEW TABLE AS written
+        FOR EACH STATEMENT EXECUTE FUNCTION run_counters_pages_written();
+    CREATE TRIGGER pages_counted_update AFTER UPDATE ON pages
+        REFERENCING OLD TABLE AS replaced NEW TABLE AS written
+        FOR EACH STATEMENT EXECUTE FUNCTION run_counters_pages_written();
 END
 $$;

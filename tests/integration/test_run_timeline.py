@@ -18,7 +18,7 @@ from shared.postgres import db
 from shared.postgres.skips import UPSERT_SKIP
 from shared.settings import Settings
 from tests.integration.test_run_counters import RUN, dead, page, skip
-from worker.store.rows import STORE_PAGE
+from worker.store.rows import STORE_PAGES
 
 pytestmark = pytest.mark.integration
 
@@ -41,11 +41,11 @@ def test_buckets_follow_every_writer(settings: Settings) -> None:
     db.ensure_schema(settings)
     with db.connect(settings, autocommit=True) as conn:
         for n in range(6):
-            conn.execute(STORE_PAGE, page(f"https://a.test/p{n}"))
+            STORE_PAGES.execute(conn, [page(f"https://a.test/p{n}")])
         # Spread over the window, so that rows fall in several buckets and steps.
         conn.execute("UPDATE pages SET fetched_at = now() - interval '3 minutes' WHERE url LIKE '%%p1'")
         conn.execute("UPDATE pages SET fetched_at = now() - interval '9 minutes 5 s' WHERE url LIKE '%%p2'")
-        conn.execute(STORE_PAGE, page("https://a.test/p2", failed=1))  # a redelivery writes it again now
+        STORE_PAGES.execute(conn, [page("https://a.test/p2", failed=1)])  # a redelivery writes it again now
         conn.execute("UPDATE pages SET fetched_at = now() - interval '2 hours' WHERE url LIKE '%%p3'")
         for n in range(3):
             conn.execute(UPSERT_SKIP, skip(f"https://a.test/s{n}"))
@@ -59,9 +59,9 @@ def test_buckets_follow_every_writer(settings: Settings) -> None:
         dead(conn, "https://a.test/d1", "timeout", attempts=5)  # died again
         conn.execute("UPDATE dead_letters SET state = 'replayed' WHERE url LIKE '%%/d2'")
         assert store.delete(conn, store.Selection(run_id=RUN, state="replayed")) == 1
-        conn.execute(STORE_PAGE, page("https://a.test/d3"))  # a page stored after its URL died
+        STORE_PAGES.execute(conn, [page("https://a.test/d3")])  # a page stored after its URL died
         conn.execute("DELETE FROM pages WHERE run_id = %s AND url LIKE '%%/p4'", (RUN,))
-        conn.execute(STORE_PAGE, page("https://a.test/x", run="other"))
+        STORE_PAGES.execute(conn, [page("https://a.test/x", run="other")])
 
         buckets, rows = both_ways(conn)
         assert buckets == rows
@@ -90,7 +90,7 @@ def test_a_writers_open_bucket_hands_on_to_the_timeline(settings: Settings) -> N
     # One transaction: one now() for every row, however near the next 10 s it is.
     with db.connect(settings, autocommit=True) as conn, conn.transaction():
         for n in range(4):
-            conn.execute(STORE_PAGE, page(f"https://a.test/p{n}"))
+            STORE_PAGES.execute(conn, [page(f"https://a.test/p{n}")])
         handed = "SELECT sum(n)::int FROM run_timeline WHERE run_id = %s AND kind = 'page'"
         assert conn.execute(handed, (RUN,)).fetchone() == (None,)
         opened = "SELECT open_n FROM run_counters WHERE run_id = %s AND kind = 'page'"
@@ -100,7 +100,7 @@ def test_a_writers_open_bucket_hands_on_to_the_timeline(settings: Settings) -> N
         assert conn.execute(handed, (RUN,)).fetchone() == (3,)
         assert conn.execute(opened, (RUN,)).fetchall() == [(1,)]
         # Stored now, earlier than the open bucket: counted in run_timeline straight away.
-        conn.execute(STORE_PAGE, page("https://a.test/p9"))
+        STORE_PAGES.execute(conn, [page("https://a.test/p9")])
         assert conn.execute(handed, (RUN,)).fetchone() == (4,)
         buckets, rows = both_ways(conn)
         assert buckets == rows and sum(n for _, _, n in rows) == 5
@@ -119,13 +119,30 @@ def test_a_slot_written_an_hour_later_starts_over(settings: Settings) -> None:
         assert kept_n == (1,)
 
 
+def test_buckets_follow_a_batch_and_a_bulk_update_of_many_buckets(settings: Settings) -> None:
+    db.ensure_schema(settings)
+    with db.connect(settings, autocommit=True) as conn:
+        STORE_PAGES.execute(conn, [page(f"https://a.test/p{n}") for n in range(12)])
+        # One statement moving rows to many buckets, some out of the kept hour.
+        conn.execute(
+            "UPDATE pages SET fetched_at ="
+            " now() - make_interval(mins => 7 * substring(url from 'p(\\d+)$')::int)"
+        )
+        batch = [page("https://a.test/p3", failed=1), page("https://a.test/p3"), page("https://a.test/q")]
+        with conn.transaction():
+            STORE_PAGES.execute(conn, batch)  # p3 moved back to now, written twice
+        buckets, rows = both_ways(conn, 45, 60)
+        assert buckets == rows
+        assert sum(n for _, _, n in rows) == 8  # p0..p6 and q; p8..p11 are older than the kept 50 min
+
+
 def test_a_database_written_before_the_buckets_gets_them_on_upgrade(settings: Settings) -> None:
     """As a database of the previous version: counters, update triggers that did not watch the
     commit times, no buckets; the next start fills them in from the rows of the kept hour."""
     db.ensure_schema(settings)
     with db.connect(settings, autocommit=True) as conn:
         for n in range(5):
-            conn.execute(STORE_PAGE, page(f"https://a.test/p{n}"))
+            STORE_PAGES.execute(conn, [page(f"https://a.test/p{n}")])
         dead(conn, "https://a.test/d", "http_500")
         conn.execute(UPSERT_SKIP, skip("https://a.test/s"))
         conn.execute("DROP TRIGGER pages_counted_update ON pages")
@@ -140,6 +157,6 @@ def test_a_database_written_before_the_buckets_gets_them_on_upgrade(settings: Se
         buckets, rows = both_ways(conn)
         assert buckets == rows and sum(n for _, _, n in rows) == 7
         conn.execute("UPDATE pages SET fetched_at = now() - interval '5 minutes' WHERE url LIKE '%%p0'")
-        conn.execute(STORE_PAGE, page("https://a.test/p9"))
+        STORE_PAGES.execute(conn, [page("https://a.test/p9")])
         buckets, rows = both_ways(conn)
         assert buckets == rows and sum(n for _, _, n in rows) == 8

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.store.rows import PageRow, clean, page_params
+from worker.store.rows import PAGE_COLUMNS, STORE_PAGES, PageRow, clean, page_params
 
 
 def row(**fields: Any) -> PageRow:
@@ -44,3 +44,19 @@ def test_page_params_strip_nul_from_every_text_and_keep_the_rest() -> None:
     assert plain == {k: clean(v) for k, v in page.__dict__.items() if k not in ("links", "extracted")}
     assert params["http_status"] == 200 and params["from_cache"] is False and params["fetch_ms"] == 12
     assert params["meta_description"] is None and params["warc_offset"] is None
+
+
+def test_a_batch_is_one_execution_of_arrays_and_a_url_twice_goes_to_a_second() -> None:
+    first, second = page_params(row(url="https://a/1")), page_params(row(url="https://a/2"))
+    again = page_params(row(url="https://a/1", failed_attempts=3))
+    executions = STORE_PAGES.executions([first, second, again])
+    assert [sql for sql, _ in executions] == [STORE_PAGES.sql, STORE_PAGES.one_row_sql]
+    arrays = executions[0][1]
+    assert set(arrays) == set(PAGE_COLUMNS) == set(first)  # every column of a row, and no other
+    assert arrays["url"] == ["https://a/1", "https://a/2"] and arrays["failed_attempts"] == [1, 1]
+    assert executions[1][1] is again  # a lone row goes as it is
+
+
+def test_a_lone_row_is_the_one_row_statement() -> None:
+    lone = page_params(row())
+    assert STORE_PAGES.executions([lone]) == [(STORE_PAGES.one_row_sql, lone)]

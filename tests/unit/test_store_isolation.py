@@ -46,6 +46,7 @@ class FakeConnection:
     def __init__(self, database: FakeDatabase) -> None:
         self.database = database
         self.written: list[str] = []
+        self.in_transaction = False
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -53,8 +54,11 @@ class FakeConnection:
         db.transactions += 1
         if db.down_after is not None and db.transactions > db.down_after:
             raise psycopg.OperationalError("server closed the connection unexpectedly")
-        self.written = []
-        yield
+        self.written, self.in_transaction = [], True
+        try:
+            yield
+        finally:
+            self.in_transaction = False
         db.committed += self.written
 
     @contextlib.contextmanager
@@ -62,18 +66,24 @@ class FakeConnection:
         yield self
 
     def executemany(self, query: str, rows: list[dict[str, Any]]) -> None:
-        if "INSERT INTO pages" not in query:
-            return
-        for row in rows:
-            if row["url"] in REFUSED:
-                raise REFUSED[row["url"]]
-            self.written.append(row["url"])
+        for params in rows:
+            self.execute(query, params)
 
     def execute(self, query: str, params: dict[str, Any]) -> None:
-        """The connection autocommits: a statement sent alone is a transaction of its own."""
-        self.database.autocommitted += 1
-        with self.transaction():
-            self.executemany(query, [params])
+        """The connection autocommits: a statement sent alone is a transaction of its own. A
+        batch's pages come as one statement, an array of each column."""
+        if not self.in_transaction:
+            self.database.autocommitted += 1
+            with self.transaction():
+                self.execute(query, params)
+            return
+        if "INSERT INTO pages" not in query:
+            return
+        urls = params["url"] if isinstance(params["url"], list) else [params["url"]]
+        for url in urls:
+            if url in REFUSED:
+                raise REFUSED[url]
+            self.written.append(url)
 
     def close(self) -> None:
         pass
@@ -97,13 +107,23 @@ def write_batch(database: FakeDatabase, urls: list[str], **options: Any) -> dict
     return outcomes
 
 
-def test_a_batch_without_bad_rows_is_one_transaction() -> None:
+def test_a_batch_without_bad_rows_is_one_statement() -> None:
     database = FakeDatabase()
     urls = [f"http://a.test/{i}" for i in range(16)]
     outcomes = write_batch(database, urls)
     assert outcomes == dict.fromkeys(urls)
     assert database.committed == urls and database.transactions == 1
-    assert database.autocommitted == 0
+    assert database.autocommitted == 1  # one statement is atomic without a transaction block
+
+
+def test_a_url_twice_in_a_batch_is_written_twice_in_one_transaction() -> None:
+    database = FakeDatabase()
+    urls = ["http://a.test/1", "http://a.test/2", "http://a.test/1", "http://a.test/1"]
+    outcomes = write_batch(database, urls)
+    assert outcomes == dict.fromkeys(urls)
+    # One statement may not write a row twice: three, in the order handed in.
+    assert database.committed == ["http://a.test/1", "http://a.test/2", "http://a.test/1", "http://a.test/1"]
+    assert database.transactions == 1 and database.autocommitted == 0
 
 
 def test_a_lone_row_is_one_statement_without_a_transaction_block() -> None:
