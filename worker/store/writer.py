@@ -363,8 +363,11 @@ def _connect_autocommit(settings: Settings) -> psycopg.Connection[tuple[object, 
     # for every batch, since a plan for the arrays at hand always looks cheaper than the generic
     # one, and that planning cost more than the rows: 0.7 ms against 0.45 ms of PostgreSQL's
     # CPU for a one-row batch, about 40 % more for eight. The writer's statements are the same
-    # few, keyed on primary keys, so the generic plan is the right one for every batch.
-    conn.execute("SET plan_cache_mode = force_generic_plan")
+    # few, keyed on primary keys, so the generic plan is the right one for every batch. Not
+    # behind a transaction pooler: nothing is prepared there, and a session's setting would
+    # reach whichever client gets that server session next (docs/SCALING.md).
+    if settings.database_pooler != "transaction":
+        conn.execute("SET plan_cache_mode = force_generic_plan")
     return conn
 
 
