@@ -73,6 +73,7 @@ def canonicalize(url: str) -> str:
 def _canonicalize_in_full(url: str) -> str:
     _check_text(url)
     parts = _split(url)
+    _check_host_before_decoding(parts)
     try:
         canonical = canonicalize_url(url)
     except Exception as exc:  # w3lib raises assorted errors on odd hosts; one reason for all
@@ -218,6 +219,18 @@ def _port(parts: SplitResult) -> int | None:
 def _host_for_netloc(host: str) -> str:
     host = host.lower()
     return f"[{host}]" if ":" in host else host  # IPv6 literals keep their brackets
+
+
+def _check_host_before_decoding(parts: SplitResult) -> None:
+    """Refuse, with their own reasons, the hosts w3lib 2.6 and later would decode or refuse
+    itself: a percent-encoded host (which it decodes, as browsers do; we refuse a host that
+    hides its name) and a numeric one that is no IPv4 address (which it refuses with a
+    ValueError of its own)."""
+    host = parts.hostname or ""
+    if "%" in host:
+        raise InvalidURL("invalid host")
+    if not host.startswith("[") and ":" not in host:
+        ipv4_literal(host)
 
 
 def _without_default_port(parts: SplitResult, scheme: str) -> SplitResult:
