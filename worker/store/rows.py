@@ -70,7 +70,7 @@ DROP_SKIPS = "DELETE FROM skips USING batch WHERE skips.run_id = batch.run_id AN
 class ManyRows:
     """A statement that writes many rows in one execution, from one array of values a column;
     a lone row goes by `one_row_sql`, the same statement fed plain values, which costs the
-    writer less than the arrays' encoding (a third as much for a page alone).
+    writer less than half what the arrays' encoding does for a page alone.
 
     One execution may not write a row twice (INSERT ... ON CONFLICT DO UPDATE refuses to), so
     rows with the same `key` go to executions one after another, in the order handed in: a URL
