@@ -363,10 +363,10 @@ def _connect_autocommit(settings: Settings) -> psycopg.Connection[tuple[object, 
     # for every batch, since a plan for the arrays at hand always looks cheaper than the generic
     # one, and that planning cost more than the rows: for batches of eight, 130 to 147 us of
     # PostgreSQL's CPU a page against 93 us with the generic plan (one throwaway measurement a
-    # side, 3,000 pages each). The writer's statements are the same
-    # few, keyed on primary keys, so the generic plan is the right one for every batch. Not
-    # behind a transaction pooler: nothing is prepared there, and a session's setting would
-    # reach whichever client gets that server session next (docs/SCALING.md).
+    # side, 3,000 pages each). The writer's statements are the same few, keyed on primary
+    # keys, so the generic plan is the right one for every batch. Not behind a transaction
+    # pooler: nothing is prepared there, and a session's setting would reach whichever client
+    # gets that server session next (docs/SCALING.md).
     if settings.database_pooler != "transaction":
         conn.execute("SET plan_cache_mode = force_generic_plan")
     return conn
